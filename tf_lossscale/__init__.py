@@ -1,0 +1,25 @@
+"""tf_lossscale: loss scaling for mixed-precision TensorFlow training.
+
+The documented TensorFlow loss-scaling API (`LossScale`, `FixedLossScale`,
+`DynamicLossScale`, the Keras `LossScaleOptimizer` and its deprecated
+`experimental` twin, the TF1 `MixedPrecisionLossScaleOptimizer`) on today's
+TensorFlow, with Keras 3 and tf_keras.
+"""
+
+from tf_lossscale.loss_scale import DynamicLossScale
+from tf_lossscale.loss_scale import FixedLossScale
+from tf_lossscale.loss_scale import LossScale
+from tf_lossscale.loss_scale import deserialize
+from tf_lossscale.loss_scale import get
+from tf_lossscale.loss_scale import serialize
+
+__version__ = "0.1.0"
+
+__all__ = (
+    "DynamicLossScale",
+    "FixedLossScale",
+    "LossScale",
+    "deserialize",
+    "get",
+    "serialize",
+)

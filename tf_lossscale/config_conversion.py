@@ -1,0 +1,159 @@
+"""Every rule that turns the legacy `loss_scale=` spelling into the current one.
+
+TF <= 2.3's experimental `LossScaleOptimizer(opt, loss_scale)` took one
+argument; the current optimizer takes `dynamic`, `initial_scale` and
+`dynamic_growth_steps`. This module is the single table between the two: the
+experimental optimizer, `LossScaleOptimizer.from_config`, the migration shim
+and the source rewriter all call it.
+
+=======================================  =====================================
+legacy `loss_scale`                      current arguments
+=======================================  =====================================
+"dynamic"                                dynamic=True (2**15, 2000)
+an int or float `v`                      dynamic=False, initial_scale=v
+`FixedLossScale(v)`                      dynamic=False, initial_scale=v
+`DynamicLossScale(s, p, 2.0)`            dynamic=True, initial_scale=s,
+                                         dynamic_growth_steps=p
+`DynamicLossScale(..., multiplier!=2)`   ValueError (no current equivalent)
+`{"class_name": ..., "config": ...}`     as the class it names
+=======================================  =====================================
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Mapping
+
+from tf_lossscale import _checks
+from tf_lossscale import loss_scale as loss_scale_lib
+
+__all__ = [
+    "DEFAULT_GROWTH_STEPS",
+    "DEFAULT_INITIAL_SCALE",
+    "DYNAMIC_LOSS_SCALE_RENAMES",
+    "dynamic_args",
+    "fixed_args",
+    "from_dynamic_loss_scale_args",
+    "from_legacy_loss_scale",
+    "upgrade_optimizer_config",
+]
+
+DEFAULT_INITIAL_SCALE = 2.0**15
+DEFAULT_GROWTH_STEPS = 2000
+
+# DynamicLossScale argument -> LossScaleOptimizer argument.
+DYNAMIC_LOSS_SCALE_RENAMES = {
+    "initial_loss_scale": "initial_scale",
+    "increment_period": "dynamic_growth_steps",
+}
+
+OptimizerArgs = Dict[str, Any]
+
+
+def dynamic_args(initial_scale: float = DEFAULT_INITIAL_SCALE,
+                 dynamic_growth_steps: int = DEFAULT_GROWTH_STEPS
+                 ) -> OptimizerArgs:
+    """Optimizer arguments for dynamic scaling (values checked by the caller)."""
+    return {"dynamic": True, "initial_scale": float(initial_scale),
+            "dynamic_growth_steps": int(dynamic_growth_steps)}
+
+
+def fixed_args(value: Any) -> OptimizerArgs:
+    """Optimizer arguments for a fixed scale `value` (a number >= 1)."""
+    value = _checks.check_real("loss_scale", value, minimum=1.0)
+    return {"dynamic": False, "initial_scale": value,
+            "dynamic_growth_steps": None}
+
+
+def from_dynamic_loss_scale_args(
+    initial_loss_scale: float = DEFAULT_INITIAL_SCALE,
+    increment_period: int = DEFAULT_GROWTH_STEPS,
+    multiplier: float = 2.0,
+) -> OptimizerArgs:
+    """Optimizer arguments equal to a `DynamicLossScale(...)` with these args.
+
+    Raises:
+      ValueError: `multiplier` is not 2, which the optimizer cannot express.
+    """
+    if multiplier != 2:
+        raise ValueError(
+            "The optimizer's dynamic loss scaling always multiplies by 2; a "
+            f"DynamicLossScale with multiplier={multiplier!r} has no "
+            "equivalent. Use multiplier=2.0 (the default).")
+    return dynamic_args(initial_loss_scale, increment_period)
+
+
+def from_legacy_loss_scale(loss_scale: Any) -> OptimizerArgs:
+    """Converts a legacy `loss_scale` value to optimizer arguments.
+
+    Args:
+      loss_scale: "dynamic", an int or float >= 1, a `FixedLossScale`, a
+        `DynamicLossScale` with multiplier 2, or a serialized one of those.
+
+    Returns:
+      A dict with the keys `dynamic`, `initial_scale`,
+      `dynamic_growth_steps`.
+
+    Raises:
+      ValueError: any other value.
+    """
+    if isinstance(loss_scale, str) and loss_scale == "dynamic":
+        return dynamic_args()
+    if _checks.is_real(loss_scale):
+        return fixed_args(loss_scale)
+    if isinstance(loss_scale, loss_scale_lib.FixedLossScale):
+        return fixed_args(loss_scale.get_config()["loss_scale_value"])
+    if isinstance(loss_scale, loss_scale_lib.DynamicLossScale):
+        return from_dynamic_loss_scale_args(**loss_scale.get_config())
+    if isinstance(loss_scale, Mapping):
+        return _from_serialized(loss_scale)
+    raise ValueError(
+        "loss_scale must be 'dynamic', an int or float >= 1, a "
+        "FixedLossScale, a DynamicLossScale with multiplier 2, or a "
+        f"serialized one of those; got {loss_scale!r} of type "
+        f"{type(loss_scale).__name__}.")
+
+
+def _from_serialized(config: Mapping[str, Any]) -> OptimizerArgs:
+    """Converts `{"class_name": ..., "config": {...}}` without making variables."""
+    name = config.get("class_name")
+    inner = config.get("config")
+    if not isinstance(inner, Mapping) or name not in (
+            "FixedLossScale", "DynamicLossScale"):
+        raise ValueError(
+            "A serialized loss scale must be {'class_name': 'FixedLossScale' "
+            "or 'DynamicLossScale', 'config': {...}}; got "
+            f"{dict(config)!r}.")
+    try:
+        if name == "FixedLossScale":
+            return fixed_args(inner["loss_scale_value"])
+        return from_dynamic_loss_scale_args(**inner)
+    except (KeyError, TypeError) as e:
+        raise ValueError(
+            f"The serialized {name} config {dict(inner)!r} is malformed: "
+            f"{e!r}.") from None
+
+
+def upgrade_optimizer_config(config: Mapping[str, Any]) -> Dict[str, Any]:
+    """Returns a current optimizer config for one of any supported vintage.
+
+    Accepts the current keys (`dynamic`, `initial_scale`,
+    `dynamic_growth_steps`), Keras 3's (no `dynamic`: it is always dynamic)
+    and TF <= 2.3's (`loss_scale`). The `inner_optimizer` entry, and any
+    other, is passed through untouched.
+
+    Raises:
+      ValueError: `loss_scale` is given together with the current keys, or
+        is not convertible.
+    """
+    config = dict(config)
+    if "loss_scale" in config:
+        clash = {"dynamic", "initial_scale",
+                 "dynamic_growth_steps"} & set(config)
+        if clash:
+            raise ValueError(
+                "An optimizer config holds the legacy 'loss_scale' entry "
+                f"and the current {sorted(clash)}; it must hold one "
+                f"spelling only. Got {config!r}.")
+        config.update(from_legacy_loss_scale(config.pop("loss_scale")))
+    config.setdefault("dynamic", True)
+    return config

@@ -1,0 +1,291 @@
+"""Loss scales: `LossScale`, `FixedLossScale`, `DynamicLossScale`, `get`.
+
+A loss scale multiplies the loss before differentiation so that small
+float16 gradients do not underflow, and says after each step whether the
+gradients may be applied::
+
+    loss = loss * loss_scale()
+    grads = tape.gradient(loss, vars)
+    grads = [g / loss_scale() for g in grads]
+    update_op, should_apply = loss_scale.update(grads)
+
+`DynamicLossScale` is the variable shell around `state_machine.next_state`;
+its variables use TensorFlow's checkpoint keys (`current_loss_scale`,
+`good_steps`), so checkpoints interchange with
+`tf.compat.v1.mixed_precision.DynamicLossScale` both ways. Variables are
+kept per TF1 graph, as TensorFlow does, so one loss scale can serve several
+graphs; in eager mode and inside `tf.function` there is one pair.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, Dict, Optional, Tuple, Union
+
+import tensorflow as tf
+
+from tf_lossscale import _checks
+from tf_lossscale import finite as finite_lib
+from tf_lossscale._tf_private import Trackable
+from tf_lossscale.state_machine import next_state
+
+__all__ = [
+    "DynamicLossScale",
+    "FixedLossScale",
+    "LossScale",
+    "deserialize",
+    "get",
+    "serialize",
+]
+
+UpdateResult = Tuple[Optional[tf.Operation], Union[bool, tf.Tensor]]
+
+
+def _graph_key() -> Optional[tf.Graph]:
+    """None when eager (also inside a `tf.function`), else the TF1 graph."""
+    with tf.init_scope():
+        if tf.executing_eagerly():
+            return None
+        return tf.compat.v1.get_default_graph()
+
+
+class LossScale(Trackable, abc.ABC):
+    """Base class of loss scales: `__call__`, `update`, `get_config`.
+
+    Calling an instance returns the loss scale as a float32 scalar tensor.
+    `update(grads)` adjusts it from the gradients of one step and returns
+    `(update_op, should_apply_gradients)`. Under a `tf.distribute` strategy
+    `update` may only be called in a cross-replica context.
+    """
+
+    def __init__(self) -> None:
+        # name -> (initial value, dtype); name, graph key -> variable.
+        self._weight_specs: Dict[str, Tuple[Any, tf.DType]] = {}
+        self._weights: Dict[Tuple[str, Optional[tf.Graph]], tf.Variable] = {}
+
+    @abc.abstractmethod
+    def __call__(self) -> tf.Tensor:
+        """Returns the current loss scale as a scalar float32 tensor."""
+
+    @abc.abstractmethod
+    def update(self, grads: Any) -> UpdateResult:
+        """Updates the loss scale from one step's (unscaled) gradients.
+
+        Returns:
+          `(update_op, should_apply_gradients)`: `update_op` is None in eager
+          mode (the update has happened) and an op in graph mode (nothing
+          changes until it runs); `should_apply_gradients` is a bool or a
+          scalar bool tensor, False when the step must be skipped.
+        """
+
+    @abc.abstractmethod
+    def get_config(self) -> Dict[str, Any]:
+        """Returns the constructor arguments of this loss scale."""
+
+    @classmethod
+    def from_config(cls, config: Dict[str, Any]) -> "LossScale":
+        """Creates the loss scale from `get_config()`'s output."""
+        return cls(**config)
+
+    # Variables, one set per TF1 graph, tracked under their plain names.
+
+    def _add_weight(self, name: str, initial_value: Any,
+                    dtype: tf.DType) -> tf.Variable:
+        self._weight_specs[name] = (initial_value, dtype)
+        return self._weight(name)
+
+    def _weight(self, name: str) -> tf.Variable:
+        key = (name, _graph_key())
+        variable = self._weights.get(key)
+        if variable is None:
+            initial_value, dtype = self._weight_specs[name]
+            with tf.init_scope():
+                variable = tf.Variable(
+                    initial_value, name=name, dtype=dtype, trainable=False,
+                    synchronization=tf.VariableSynchronization.AUTO,
+                    # Loss-scale state is the same on every replica and is
+                    # assigned, never aggregated.
+                    aggregation=tf.VariableAggregation.NONE)
+            self._weights[key] = variable
+            self._handle_deferred_dependencies(name=name, trackable=variable)
+        return variable
+
+    def _trackable_children(self, save_type="checkpoint", **kwargs):
+        graph = _graph_key()
+        children = {name: v for (name, g), v in sorted(
+            self._weights.items(), key=lambda item: item[0][0]) if g is graph}
+        children.update(super()._trackable_children(save_type, **kwargs))
+        return children
+
+    def _lookup_dependency(self, name, cached_dependencies=None):
+        found = super()._lookup_dependency(name, cached_dependencies)
+        if found is not None:
+            return found
+        return self._weights.get((name, _graph_key()))
+
+
+class FixedLossScale(LossScale):
+    """A loss scale that never changes; `update` always says "apply"."""
+
+    def __init__(self, loss_scale_value: float) -> None:
+        """Args: loss_scale_value: a Python int or float >= 1."""
+        value = _checks.check_real(
+            "loss_scale_value", loss_scale_value, minimum=1.0)
+        super().__init__()
+        self._loss_scale_value = value
+
+    def __call__(self) -> tf.Tensor:
+        return tf.constant(self._loss_scale_value, dtype=tf.float32)
+
+    def update(self, grads: Any) -> UpdateResult:
+        del grads  # A fixed scale does not look at the gradients.
+        return tf.no_op(), True
+
+    def get_config(self) -> Dict[str, Any]:
+        return {"loss_scale_value": self._loss_scale_value}
+
+    def __repr__(self) -> str:
+        return f"FixedLossScale({self._loss_scale_value})"
+
+
+class DynamicLossScale(LossScale):
+    """A loss scale that backs off on overflow and grows while steps are finite.
+
+    Every `increment_period` consecutive steps with finite gradients the scale
+    is multiplied by `multiplier` (unless that would make it non-finite). A
+    step with a NaN or Inf gradient divides it by `multiplier` (never below
+    1), restarts the count, and must be skipped by the caller. The rule lives
+    in `state_machine.next_state`.
+    """
+
+    def __init__(self, initial_loss_scale: float = 2**15,
+                 increment_period: int = 2000,
+                 multiplier: float = 2.0) -> None:
+        """Creates the dynamic loss scale.
+
+        Args:
+          initial_loss_scale: the starting scale, a finite number > 0. Start
+            high: a scale that is too high falls far faster than one that is
+            too low rises.
+          increment_period: finite steps, an int >= 1, after which the scale
+            grows.
+          multiplier: growth and back-off factor, a finite number > 1.
+
+        Raises:
+          ValueError: an argument is not a number of the accepted range.
+        """
+        initial = _checks.check_real(
+            "initial_loss_scale", initial_loss_scale, minimum=0.0,
+            inclusive=False)
+        period = _checks.check_int(
+            "increment_period", increment_period, minimum=1)
+        factor = _checks.check_real(
+            "multiplier", multiplier, minimum=1.0, inclusive=False)
+        super().__init__()
+        self._initial_loss_scale = initial
+        self._increment_period = period
+        self._multiplier = factor
+        self._add_weight("current_loss_scale", initial, tf.float32)
+        self._add_weight("good_steps", 0, tf.int64)
+
+    @property
+    def initial_loss_scale(self) -> float:
+        return self._initial_loss_scale
+
+    @property
+    def increment_period(self) -> int:
+        return self._increment_period
+
+    @property
+    def multiplier(self) -> float:
+        return self._multiplier
+
+    @property
+    def good_steps(self) -> tf.Tensor:
+        """Consecutive finite steps since the scale last changed (int64)."""
+        return tf.convert_to_tensor(self._weight("good_steps"))
+
+    def __call__(self) -> tf.Tensor:
+        return tf.convert_to_tensor(self._weight("current_loss_scale"))
+
+    def update(self, grads: Any) -> UpdateResult:
+        finite = finite_lib.cross_replica_all_finite(grads)
+        scale_var = self._weight("current_loss_scale")
+        steps_var = self._weight("good_steps")
+        scale, steps = next_state(
+            scale_var.read_value(), steps_var.read_value(), finite,
+            period=self._increment_period, multiplier=self._multiplier)
+        # TF1 graphs order nothing by themselves: both reads must precede
+        # both writes.
+        with tf.control_dependencies([scale, steps]):
+            update_op = tf.group(
+                scale_var.assign(scale), steps_var.assign(steps))
+        if tf.executing_eagerly():
+            return None, finite
+        return update_op, finite
+
+    def get_config(self) -> Dict[str, Any]:
+        return {
+            "initial_loss_scale": self._initial_loss_scale,
+            "increment_period": self._increment_period,
+            "multiplier": self._multiplier,
+        }
+
+    def __repr__(self) -> str:
+        config = ", ".join(f"{k}={v}" for k, v in self.get_config().items())
+        if tf.executing_eagerly():
+            return (f"DynamicLossScale(current_loss_scale={self().numpy()}, "
+                    f"good_steps={self.good_steps.numpy()}, {config})")
+        return f"DynamicLossScale({config})"
+
+
+_CLASSES = {cls.__name__: cls for cls in (FixedLossScale, DynamicLossScale)}
+
+
+def get(identifier: Any) -> Optional[LossScale]:
+    """Returns a loss scale for `identifier`.
+
+    None gives None, a `LossScale` itself, an int or float a
+    `FixedLossScale`, and the string "dynamic" a default `DynamicLossScale`.
+
+    Raises:
+      ValueError: any other identifier.
+    """
+    if identifier is None or isinstance(identifier, LossScale):
+        return identifier
+    if identifier == "dynamic" and isinstance(identifier, str):
+        return DynamicLossScale()
+    if _checks.is_real(identifier):
+        return FixedLossScale(identifier)
+    raise ValueError(
+        "A loss scale identifier must be None, 'dynamic', an int or float "
+        f">= 1, or a LossScale instance; got {identifier!r} of type "
+        f"{type(identifier).__name__}.")
+
+
+def serialize(loss_scale: LossScale) -> Dict[str, Any]:
+    """Returns `{"class_name": ..., "config": ...}` for a loss scale."""
+    if type(loss_scale) not in _CLASSES.values():
+        raise ValueError(
+            "serialize() takes a FixedLossScale or DynamicLossScale; got "
+            f"{loss_scale!r} of type {type(loss_scale).__name__}.")
+    return {"class_name": type(loss_scale).__name__,
+            "config": loss_scale.get_config()}
+
+
+def deserialize(config: Dict[str, Any]) -> LossScale:
+    """Inverse of `serialize`."""
+    accepted = ("a dict {'class_name': 'FixedLossScale' or "
+                "'DynamicLossScale', 'config': {...}}")
+    if not isinstance(config, dict) or set(config) != {"class_name",
+                                                       "config"}:
+        raise ValueError(f"deserialize() takes {accepted}; got {config!r}.")
+    cls = _CLASSES.get(config["class_name"])
+    if cls is None or not isinstance(config["config"], dict):
+        raise ValueError(f"deserialize() takes {accepted}; got {config!r}.")
+    try:
+        return cls.from_config(config["config"])
+    except TypeError as e:
+        raise ValueError(
+            f"Config {config['config']!r} does not fit {cls.__name__}: {e}"
+        ) from None
