@@ -6,6 +6,7 @@ EXPECTED = [
     "DynamicLossScale",
     "FixedLossScale",
     "LossScale",
+    "MixedPrecisionLossScaleOptimizer",
     "deserialize",
     "get",
     "serialize",

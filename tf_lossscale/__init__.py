@@ -12,6 +12,7 @@ from tf_lossscale.loss_scale import LossScale
 from tf_lossscale.loss_scale import deserialize
 from tf_lossscale.loss_scale import get
 from tf_lossscale.loss_scale import serialize
+from tf_lossscale.v1_optimizer import MixedPrecisionLossScaleOptimizer
 
 __version__ = "0.1.0"
 
@@ -19,6 +20,7 @@ __all__ = (
     "DynamicLossScale",
     "FixedLossScale",
     "LossScale",
+    "MixedPrecisionLossScaleOptimizer",
     "deserialize",
     "get",
     "serialize",

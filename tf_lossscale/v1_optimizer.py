@@ -1,0 +1,273 @@
+"""`MixedPrecisionLossScaleOptimizer`: loss scaling for TF1 graph-mode code.
+
+Wraps a `tf.compat.v1.train.Optimizer` the way TensorFlow's own
+`tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer` does, on the
+loss scales of this package::
+
+    grads_and_vars = opt.compute_gradients(loss)   # loss * scale, grads / scale
+    train_op = opt.apply_gradients(grads_and_vars, global_step)
+    # One op: loss_scale.update(grads), and the inner optimizer's update
+    # (with the global_step increment) only if every gradient is finite.
+
+A skipped step changes no variable, no slot and not `global_step`, as in
+TensorFlow's class: `global_step` counts applied steps. `apply_gradients`
+runs in a replica context and merges into the cross-replica context for the
+loss-scale update, so under a `tf.distribute` strategy a NaN on any one
+replica makes every replica skip. Graph-mode code lives only in this module.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
+
+import tensorflow as tf
+
+from tf_lossscale import _checks
+from tf_lossscale import finite as finite_lib
+from tf_lossscale import loss_scale as loss_scale_lib
+
+__all__ = ["MixedPrecisionLossScaleOptimizer"]
+
+GradsAndVars = Sequence[Tuple[Any, tf.Variable]]
+LossLike = Union[tf.Tensor, Callable[[], tf.Tensor]]
+
+_V1Optimizer = tf.compat.v1.train.Optimizer
+_TF_WRAPPER = tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer
+_ACCEPTED_LOSS_SCALES = (
+    "'dynamic', an int or float >= 1, or a tf_lossscale.LossScale")
+
+
+def _check_optimizer(opt: Any) -> None:
+    """Raises TypeError unless `opt` is a plain TF1 optimizer."""
+    if isinstance(opt, (MixedPrecisionLossScaleOptimizer, _TF_WRAPPER)):
+        raise TypeError(
+            "opt is already a MixedPrecisionLossScaleOptimizer "
+            f"({type(opt).__module__}.{type(opt).__name__}); wrapping it again "
+            "would scale the loss twice. Pass its inner optimizer instead.")
+    if not isinstance(opt, _V1Optimizer):
+        raise TypeError(
+            "opt must be a tf.compat.v1.train.Optimizer (for example "
+            "tf.compat.v1.train.MomentumOptimizer); got "
+            f"{opt!r} of type {type(opt).__module__}.{type(opt).__name__}. "
+            "For a Keras optimizer use tf_lossscale.LossScaleOptimizer.")
+
+
+def _resolve_loss_scale(loss_scale: Any) -> loss_scale_lib.LossScale:
+    """Turns the `loss_scale` argument into a `LossScale`, or raises ValueError.
+
+    None is refused: this optimizer exists to scale the loss.
+    """
+    if loss_scale is None:
+        raise ValueError(
+            f"loss_scale must be {_ACCEPTED_LOSS_SCALES}; got None, which "
+            "MixedPrecisionLossScaleOptimizer does not accept (it always "
+            "scales the loss). Use the inner optimizer alone to train "
+            "without loss scaling.")
+    is_dynamic = isinstance(loss_scale, str) and loss_scale == "dynamic"
+    if not (is_dynamic or _checks.is_real(loss_scale)
+            or isinstance(loss_scale, loss_scale_lib.LossScale)):
+        raise ValueError(
+            f"loss_scale must be {_ACCEPTED_LOSS_SCALES}; got {loss_scale!r} "
+            f"of type {type(loss_scale).__name__}.")
+    try:
+        return loss_scale_lib.get(loss_scale)
+    except ValueError as e:
+        raise ValueError(
+            f"loss_scale must be {_ACCEPTED_LOSS_SCALES}; got "
+            f"{loss_scale!r}: {e}") from None
+
+
+class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
+    """A `tf.compat.v1.train.Optimizer` that applies loss scaling.
+
+    `compute_gradients` multiplies the loss by the loss scale and divides the
+    gradients by it; `apply_gradients` returns one op that updates the loss
+    scale and applies the gradients only when all of them are finite.
+    """
+
+    def __init__(self, opt: _V1Optimizer, loss_scale: Any) -> None:
+        """Wraps `opt`.
+
+        Args:
+          opt: the `tf.compat.v1.train.Optimizer` that applies the gradients.
+          loss_scale: "dynamic" (a default `DynamicLossScale`), an int or
+            float >= 1 (a `FixedLossScale`), or a `LossScale`.
+
+        Raises:
+          TypeError: `opt` is not a TF1 optimizer, or is already loss-scaled.
+          ValueError: `loss_scale` is None or not one of the accepted forms.
+        """
+        _check_optimizer(opt)
+        resolved = _resolve_loss_scale(loss_scale)
+        # The wrapper applies nothing itself, so locking is the inner's.
+        super().__init__(use_locking=False, name=opt.get_name())
+        self._optimizer = opt
+        self._loss_scale = resolved
+
+    @property
+    def inner_optimizer(self) -> _V1Optimizer:
+        """The wrapped optimizer."""
+        return self._optimizer
+
+    @property
+    def loss_scale(self) -> loss_scale_lib.LossScale:
+        """The `LossScale` this optimizer uses."""
+        return self._loss_scale
+
+    def compute_gradients(
+        self,
+        loss: LossLike,
+        var_list: Optional[Sequence[tf.Variable]] = None,
+        gate_gradients: int = _V1Optimizer.GATE_OP,
+        aggregation_method: Any = None,
+        colocate_gradients_with_ops: bool = False,
+        grad_loss: Optional[tf.Tensor] = None,
+    ) -> List[Tuple[Any, tf.Variable]]:
+        """Gradients of `loss * scale`, divided by the scale.
+
+        Arguments as for `tf.compat.v1.train.Optimizer.compute_gradients`;
+        `loss` is a tensor or a callable returning one. The scale is read once
+        and cast to the loss dtype; the gradients keep None entries, sparse
+        `tf.IndexedSlices` and their dtypes.
+
+        Returns:
+          A list of (unscaled gradient or None, variable) pairs.
+        """
+        scale = self._loss_scale()
+        grads_and_vars = self._optimizer.compute_gradients(
+            _scaled_loss(loss, scale),
+            var_list=var_list,
+            gate_gradients=gate_gradients,
+            aggregation_method=aggregation_method,
+            colocate_gradients_with_ops=colocate_gradients_with_ops,
+            grad_loss=grad_loss)
+        inv_scale = tf.math.reciprocal(scale)
+        return [(finite_lib.unscale(g, inv_scale), v)
+                for g, v in grads_and_vars]
+
+    def apply_gradients(
+        self,
+        grads_and_vars: GradsAndVars,
+        global_step: Optional[tf.Variable] = None,
+        name: Optional[str] = None,
+    ) -> tf.Operation:
+        """One op: update the loss scale, apply the gradients if all finite.
+
+        Must be called in a replica context (anywhere outside a strategy, or
+        inside `strategy.run`/`call_for_each_replica`); it merges into the
+        cross-replica context so every replica takes the same verdict.
+
+        Args:
+          grads_and_vars: (gradient, variable) pairs from `compute_gradients`.
+          global_step: optional variable incremented by one on each applied
+            step. Skipped steps leave it unchanged, as TensorFlow's own class
+            does.
+          name: name of the returned op; defaults to the optimizer's name.
+
+        Returns:
+          The training op.
+
+        Raises:
+          RuntimeError: called in a cross-replica context.
+          ValueError: no variables, or no variable has a gradient.
+        """
+        if tf.distribute.in_cross_replica_context():
+            raise RuntimeError(
+                "MixedPrecisionLossScaleOptimizer.apply_gradients() must be "
+                "called in a replica context (inside strategy.run or "
+                "strategy.extended.call_for_each_replica); it was called in a "
+                "cross-replica context under "
+                f"{type(tf.distribute.get_strategy()).__name__}.")
+        grads_and_vars = tuple(grads_and_vars)
+        _check_has_gradients(grads_and_vars)
+        return tf.distribute.get_replica_context().merge_call(
+            self._apply_in_cross_replica_context,
+            args=(grads_and_vars, global_step, name))
+
+    def minimize(
+        self,
+        loss: LossLike,
+        global_step: Optional[tf.Variable] = None,
+        var_list: Optional[Sequence[tf.Variable]] = None,
+        gate_gradients: int = _V1Optimizer.GATE_OP,
+        aggregation_method: Any = None,
+        colocate_gradients_with_ops: bool = False,
+        name: Optional[str] = None,
+        grad_loss: Optional[tf.Tensor] = None,
+    ) -> tf.Operation:
+        """`compute_gradients` then `apply_gradients`, both loss-scaled."""
+        grads_and_vars = self.compute_gradients(
+            loss, var_list=var_list, gate_gradients=gate_gradients,
+            aggregation_method=aggregation_method,
+            colocate_gradients_with_ops=colocate_gradients_with_ops,
+            grad_loss=grad_loss)
+        return self.apply_gradients(
+            grads_and_vars, global_step=global_step, name=name)
+
+    def get_slot(self, var: tf.Variable, name: str) -> Optional[tf.Variable]:
+        """The inner optimizer's slot `name` for `var`."""
+        return self._optimizer.get_slot(var, name)
+
+    def get_slot_names(self) -> List[str]:
+        """The inner optimizer's slot names."""
+        return self._optimizer.get_slot_names()
+
+    def variables(self) -> List[tf.Variable]:
+        """The inner optimizer's variables, then the loss scale's.
+
+        Both lists hold the variables of the current default graph.
+        """
+        view = tf.train.TrackableView(self._loss_scale)
+        own = [v for v in view.children(self._loss_scale).values()
+               if isinstance(v, tf.Variable)]
+        return list(self._optimizer.variables()) + own
+
+    def _apply_in_cross_replica_context(
+        self,
+        strategy: tf.distribute.Strategy,
+        grads_and_vars: GradsAndVars,
+        global_step: Optional[tf.Variable],
+        name: Optional[str],
+    ) -> tf.Operation:
+        """Updates the loss scale and applies the gradients if it says so.
+
+        `grads_and_vars` holds per-replica gradients here; the loss scale
+        reduces its finiteness verdict over all replicas.
+        """
+        name = name or self.get_name()
+        update_op, should_apply = self._loss_scale.update(
+            [g for g, _ in grads_and_vars])
+
+        def apply_fn() -> tf.Operation:
+            per_replica = strategy.extended.call_for_each_replica(
+                self._optimizer.apply_gradients,
+                args=(grads_and_vars, global_step, name + "-wrapped"))
+            return strategy.group(per_replica)
+
+        if isinstance(should_apply, bool):
+            maybe_apply = apply_fn() if should_apply else tf.no_op()
+        else:
+            maybe_apply = tf.cond(should_apply, apply_fn, tf.no_op)
+        ops = [op for op in (maybe_apply, update_op) if op is not None]
+        return tf.group(*ops, name=name)
+
+
+def _scaled_loss(loss: LossLike, scale: tf.Tensor) -> LossLike:
+    """`loss * scale` in the loss dtype; a callable stays a callable."""
+    if callable(loss):
+        return lambda: _scaled_loss(loss(), scale)
+    loss = tf.convert_to_tensor(loss)
+    return loss * tf.cast(scale, loss.dtype)
+
+
+def _check_has_gradients(grads_and_vars: GradsAndVars) -> None:
+    """Raises ValueError before any op is built for an empty step."""
+    if not grads_and_vars:
+        raise ValueError(
+            "apply_gradients() got no (gradient, variable) pairs; pass the "
+            "list that compute_gradients() returned.")
+    if all(g is None for g, _ in grads_and_vars):
+        raise ValueError(
+            "No gradients provided for any variable: every gradient in "
+            f"{[v.name for _, v in grads_and_vars]} is None; check that the "
+            "loss depends on the variables.")
