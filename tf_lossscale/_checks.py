@@ -3,6 +3,11 @@
 Each raises `ValueError` naming the argument, echoing what was passed and
 saying what is accepted. Bools are rejected where numbers are expected:
 `True` is an `int` to Python but never a loss scale.
+
+Loss-scale numbers end up in float32 variables and the step counter in an
+int64 one, so a number is checked as that storage will hold it: 1 + 1e-9 is
+no multiplier > 1 once it is a float32, 1e-50 no scale > 0, and 2**63 no
+int64.
 """
 
 from __future__ import annotations
@@ -12,14 +17,22 @@ import numbers
 
 import numpy as np
 
-__all__ = ["check_int", "check_real", "is_real"]
+__all__ = ["FLOAT32_MAX", "INT64_MAX", "check_int", "check_real", "is_real"]
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
+INT64_MAX = int(np.iinfo(np.int64).max)
 
 
 def is_real(value: object) -> bool:
+    """True for Python and NumPy ints and floats, False for bools."""
     return isinstance(value, numbers.Real) and not isinstance(
         value, (bool, np.bool_))
+
+
+def _in_range(number: float, minimum: float, inclusive: bool,
+              maximum: float) -> bool:
+    above = number >= minimum if inclusive else number > minimum
+    return above and number <= maximum
 
 
 def check_real(
@@ -32,30 +45,42 @@ def check_real(
 ) -> float:
     """Returns `value` as a float if it is a real number in range, else raises.
 
-    The default `maximum` is the largest float32: a loss scale lives in a
-    float32 variable, and a larger number would silently become inf there.
+    The range must hold for the number and for its float32 rounding. The
+    default `maximum` is the largest float32: a loss scale lives in a float32
+    variable, and a larger number would silently become inf there.
     """
     bound = f">= {minimum:g}" if inclusive else f"> {minimum:g}"
-    accepted = f"a finite int or float {bound} and <= {maximum:g}"
+    limit = " (the float32 maximum)" if maximum == FLOAT32_MAX else ""
+    accepted = f"a finite int or float {bound} and <= {maximum!r}{limit}"
     if not is_real(value):
         raise ValueError(
             f"{name} must be {accepted}; got {value!r} of type "
             f"{type(value).__name__}.")
     number = float(value)
-    too_small = number < minimum if inclusive else number <= minimum
-    if not math.isfinite(number) or too_small or number > maximum:
+    if not math.isfinite(number) or not _in_range(
+            number, minimum, inclusive, maximum):
         raise ValueError(f"{name} must be {accepted}; got {value!r}.")
+    as_float32 = float(np.float32(number))
+    if not _in_range(as_float32, minimum, inclusive, maximum):
+        raise ValueError(
+            f"{name} must be {accepted} as a float32 (its storage); got "
+            f"{value!r}, which is {as_float32!r} there.")
     return number
 
 
-def check_int(name: str, value: object, *, minimum: int) -> int:
-    """Returns `value` as an int if it is an integer >= `minimum`, else raises."""
-    accepted = f"an int >= {minimum}"
+def check_int(name: str, value: object, *, minimum: int,
+              maximum: int = INT64_MAX) -> int:
+    """Returns `value` as an int if it is an integer in range, else raises.
+
+    The default `maximum` is the largest int64, the counter's storage.
+    """
+    upper = " and < 2**63" if maximum == INT64_MAX else f" and <= {maximum}"
+    accepted = f"an int >= {minimum}{upper}"
     if not isinstance(value, numbers.Integral) or isinstance(
             value, (bool, np.bool_)):
         raise ValueError(
             f"{name} must be {accepted}; got {value!r} of type "
             f"{type(value).__name__}.")
-    if value < minimum:
+    if not minimum <= value <= maximum:
         raise ValueError(f"{name} must be {accepted}; got {value!r}.")
     return int(value)

@@ -128,7 +128,15 @@ class FixedLossScale(LossScale):
     """A loss scale that never changes; `update` always says "apply"."""
 
     def __init__(self, loss_scale_value: float) -> None:
-        """Args: loss_scale_value: a Python int or float >= 1."""
+        """Creates the fixed loss scale.
+
+        Args:
+          loss_scale_value: the scale, a Python or NumPy int or float >= 1
+            (and at most the float32 maximum).
+
+        Raises:
+          ValueError: `loss_scale_value` is not such a number.
+        """
         value = _checks.check_real(
             "loss_scale_value", loss_scale_value, minimum=1.0)
         super().__init__()
@@ -253,7 +261,8 @@ def get(identifier: Any) -> Optional[LossScale]:
     """
     if identifier is None or isinstance(identifier, LossScale):
         return identifier
-    if identifier == "dynamic" and isinstance(identifier, str):
+    # isinstance first: `==` on a tensor or array is elementwise or raises.
+    if isinstance(identifier, str) and identifier == "dynamic":
         return DynamicLossScale()
     if _checks.is_real(identifier):
         return FixedLossScale(identifier)
