@@ -32,14 +32,16 @@ GradsAndVars = Sequence[Tuple[Any, tf.Variable]]
 LossLike = Union[tf.Tensor, Callable[[], tf.Tensor]]
 
 _V1Optimizer = tf.compat.v1.train.Optimizer
-_TF_WRAPPER = tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer
+# TensorFlow's own wrapper, refused as `opt` like ours; absent in a future TF.
+_TF_WRAPPERS = tuple(filter(None, [getattr(
+    tf.compat.v1.mixed_precision, "MixedPrecisionLossScaleOptimizer", None)]))
 _ACCEPTED_LOSS_SCALES = (
     "'dynamic', an int or float >= 1, or a tf_lossscale.LossScale")
 
 
 def _check_optimizer(opt: Any) -> None:
     """Raises TypeError unless `opt` is a plain TF1 optimizer."""
-    if isinstance(opt, (MixedPrecisionLossScaleOptimizer, _TF_WRAPPER)):
+    if isinstance(opt, (MixedPrecisionLossScaleOptimizer,) + _TF_WRAPPERS):
         raise TypeError(
             "opt is already a MixedPrecisionLossScaleOptimizer "
             f"({type(opt).__module__}.{type(opt).__name__}); wrapping it again "
