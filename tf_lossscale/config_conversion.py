@@ -17,11 +17,19 @@ an int or float `v`                      dynamic=False, initial_scale=v
 `DynamicLossScale(..., multiplier!=2)`   ValueError (no current equivalent)
 `{"class_name": ..., "config": ...}`     as the class it names
 =======================================  =====================================
+
+TensorFlow's own `tf.compat.v1.mixed_precision.FixedLossScale` and
+`DynamicLossScale` convert as this package's classes do. An optimizer config
+of TF <= 2.3 (`{"optimizer": ..., "loss_scale": ...}`) or of an older Keras 3
+(base-optimizer keys at their defaults) is upgraded by
+`upgrade_optimizer_config`; `to_legacy_loss_scale` goes the other way.
 """
 
 from __future__ import annotations
 
 from typing import Any, Dict, Mapping, NamedTuple, Optional
+
+import tensorflow as tf
 
 from tf_lossscale import _checks
 from tf_lossscale import loss_scale as loss_scale_lib
@@ -30,6 +38,7 @@ __all__ = [
     "DEFAULT_GROWTH_STEPS",
     "DEFAULT_INITIAL_SCALE",
     "DYNAMIC_LOSS_SCALE_RENAMES",
+    "KERAS_BASE_OPTIMIZER_DEFAULTS",
     "LEGACY_NAMES",
     "LegacyName",
     "VANISHED_MODULES",
@@ -38,6 +47,7 @@ __all__ = [
     "fixed_args",
     "from_dynamic_loss_scale_args",
     "from_legacy_loss_scale",
+    "to_legacy_loss_scale",
     "upgrade_optimizer_config",
 ]
 
@@ -48,6 +58,21 @@ DEFAULT_GROWTH_STEPS = 2000
 DYNAMIC_LOSS_SCALE_RENAMES = {
     "initial_loss_scale": "initial_scale",
     "increment_period": "dynamic_growth_steps",
+}
+
+# Keys that Keras 3's LossScaleOptimizer configs held before Keras dropped
+# them, with the only values it accepts back (anything else belongs on the
+# inner optimizer).
+KERAS_BASE_OPTIMIZER_DEFAULTS = {
+    "weight_decay": None,
+    "clipnorm": None,
+    "global_clipnorm": None,
+    "clipvalue": None,
+    "use_ema": False,
+    "ema_momentum": 0.99,
+    "ema_overwrite_frequency": None,
+    "loss_scale_factor": None,
+    "gradient_accumulation_steps": None,
 }
 
 OptimizerArgs = Dict[str, Any]
@@ -104,9 +129,12 @@ def from_legacy_loss_scale(loss_scale: Any) -> OptimizerArgs:
         return dynamic_args()
     if _checks.is_real(loss_scale):
         return fixed_args(loss_scale)
-    if isinstance(loss_scale, loss_scale_lib.FixedLossScale):
+    v1 = tf.compat.v1.mixed_precision  # TensorFlow's own classes, too.
+    if isinstance(loss_scale, (loss_scale_lib.FixedLossScale,
+                               v1.FixedLossScale)):
         return fixed_args(loss_scale.get_config()["loss_scale_value"])
-    if isinstance(loss_scale, loss_scale_lib.DynamicLossScale):
+    if isinstance(loss_scale, (loss_scale_lib.DynamicLossScale,
+                               v1.DynamicLossScale)):
         return from_dynamic_loss_scale_args(**loss_scale.get_config())
     if isinstance(loss_scale, Mapping):
         return _from_serialized(loss_scale)
@@ -141,15 +169,26 @@ def upgrade_optimizer_config(config: Mapping[str, Any]) -> Dict[str, Any]:
     """Returns a current optimizer config for one of any supported vintage.
 
     Accepts the current keys (`dynamic`, `initial_scale`,
-    `dynamic_growth_steps`), Keras 3's (no `dynamic`: it is always dynamic)
-    and TF <= 2.3's (`loss_scale`). The `inner_optimizer` entry, and any
-    other, is passed through untouched.
+    `dynamic_growth_steps`), Keras 3's (no `dynamic`: it is always dynamic;
+    older versions also held base-optimizer keys at their defaults, which
+    are dropped) and TF <= 2.3's (`loss_scale`, and `optimizer` for
+    `inner_optimizer`). The `inner_optimizer` entry, and any other, is
+    passed through untouched.
 
     Raises:
       ValueError: `loss_scale` is given together with the current keys, or
-        is not convertible.
+        is not convertible; `optimizer` together with `inner_optimizer`; a
+        base-optimizer key away from its default.
     """
     config = dict(config)
+    _drop_keras_base_defaults(config)
+    if "optimizer" in config:
+        if "inner_optimizer" in config:
+            raise ValueError(
+                "An optimizer config holds both the legacy 'optimizer' entry "
+                "and the current 'inner_optimizer'; it must hold one "
+                f"spelling only. Got {config!r}.")
+        config["inner_optimizer"] = config.pop("optimizer")
     if "loss_scale" in config:
         clash = {"dynamic", "initial_scale",
                  "dynamic_growth_steps"} & set(config)
@@ -228,3 +267,32 @@ def default_policy_loss_scale(policy_name: str) -> Optional[str]:
     scaling), None for every other policy.
     """
     return "dynamic" if policy_name == "mixed_float16" else None
+
+
+def _drop_keras_base_defaults(config: Dict[str, Any]) -> None:
+    """Removes older Keras 3 base-optimizer keys that hold their defaults."""
+    for key, default in KERAS_BASE_OPTIMIZER_DEFAULTS.items():
+        if key not in config:
+            continue
+        value = config.pop(key)
+        if value != default or type(value) is not type(default):
+            raise ValueError(
+                f"A LossScaleOptimizer config holds {key}={value!r}; only "
+                f"{key}={default!r} is accepted there. Set {key} on the "
+                "inner optimizer's config instead.")
+
+
+def to_legacy_loss_scale(dynamic: bool, initial_scale: float,
+                         dynamic_growth_steps: Optional[int]) -> Any:
+    """The legacy `loss_scale` value for the current arguments.
+
+    A number for a fixed scale, a serialized `DynamicLossScale` (multiplier
+    2) otherwise: `from_legacy_loss_scale` turns it back into the same
+    arguments, and no variable is created on the way.
+    """
+    if not dynamic:
+        return initial_scale
+    return {"class_name": "DynamicLossScale",
+            "config": {"initial_loss_scale": initial_scale,
+                       "increment_period": dynamic_growth_steps,
+                       "multiplier": 2.0}}
