@@ -6,8 +6,10 @@ EXPECTED = [
     "DynamicLossScale",
     "FixedLossScale",
     "LossScale",
+    "LossScaleOptimizer",
     "MixedPrecisionLossScaleOptimizer",
     "deserialize",
+    "experimental",
     "get",
     "serialize",
 ]

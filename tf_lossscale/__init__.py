@@ -13,6 +13,8 @@ from tf_lossscale.loss_scale import deserialize
 from tf_lossscale.loss_scale import get
 from tf_lossscale.loss_scale import serialize
 from tf_lossscale.v1_optimizer import MixedPrecisionLossScaleOptimizer
+from tf_lossscale.optimizer import LossScaleOptimizer
+from tf_lossscale import experimental  # Also registers the Keras 3 classes.
 
 __version__ = "0.1.0"
 
@@ -20,8 +22,10 @@ __all__ = (
     "DynamicLossScale",
     "FixedLossScale",
     "LossScale",
+    "LossScaleOptimizer",
     "MixedPrecisionLossScaleOptimizer",
     "deserialize",
+    "experimental",
     "get",
     "serialize",
 )

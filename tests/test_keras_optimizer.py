@@ -1,0 +1,494 @@
+"""The Keras 3 `tf_lossscale.LossScaleOptimizer`: arguments, attributes, steps.
+
+Distribution is in test_keras_optimizer_distributed.py, saving in
+test_keras_optimizer_saving.py.
+"""
+
+import numpy as np
+import pytest
+import keras
+import tensorflow as tf
+
+import _model
+import tf_lossscale
+from tf_lossscale.keras_optimizer import KerasLossScaleOptimizer
+
+MODES = ["eager", "function"]
+
+
+def _runner(mode, fn):
+    return tf.function(fn) if mode == "function" else fn
+
+
+def _snapshot(variables):
+    """Bytes of every variable: equal snapshots are bit-identical."""
+    return [np.asarray(v).tobytes() for v in variables]
+
+
+def _slots(opt):
+    """The inner optimizer's variables except its step counter."""
+    return [v for v in opt.inner_optimizer.variables
+            if not v.path.endswith("/iteration")]
+
+
+# Construction, defaults, attributes.
+
+
+def test_defaults_are_dynamic_with_2_to_the_15_and_2000_steps():
+    inner = keras.optimizers.SGD()
+    opt = tf_lossscale.LossScaleOptimizer(inner)
+    assert opt.dynamic is True
+    assert opt.initial_scale == 32768.0
+    assert opt.dynamic_growth_steps == 2000
+    assert opt.inner_optimizer is inner
+    assert opt.loss_scale.dtype == tf.float32
+    assert float(opt.loss_scale) == 32768.0
+    assert int(opt.dynamic_counter) == 0
+
+
+def test_keras_inner_gives_the_keras_flavour_of_both_classes():
+    opt = tf_lossscale.LossScaleOptimizer(keras.optimizers.Adam())
+    assert type(opt) is KerasLossScaleOptimizer
+    assert isinstance(opt, tf_lossscale.LossScaleOptimizer)
+    assert isinstance(opt, keras.mixed_precision.LossScaleOptimizer)
+
+
+def test_mixed_float16_compile_keeps_it_unwrapped():
+    opt = tf_lossscale.LossScaleOptimizer(keras.optimizers.SGD())
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+        model.compile(optimizer=opt, loss="mse")
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    assert model.optimizer is opt
+
+
+def test_fixed_scale_has_no_counter_and_no_scale_variable():
+    opt = tf_lossscale.LossScaleOptimizer(
+        keras.optimizers.SGD(), dynamic=False, initial_scale=128)
+    assert opt.dynamic is False
+    assert opt.initial_scale == 128.0
+    assert opt.dynamic_growth_steps is None
+    assert opt.dynamic_counter is None
+    assert float(opt.loss_scale) == 128.0
+    names = [v.name for v in opt.variables]
+    assert "dynamic_scale" not in names and "step_counter" not in names
+
+
+def test_dynamic_arguments_are_kept():
+    opt = tf_lossscale.LossScaleOptimizer(
+        keras.optimizers.SGD(), initial_scale=0.5, dynamic_growth_steps=7)
+    assert (opt.initial_scale, opt.dynamic_growth_steps) == (0.5, 7)
+    assert float(opt.loss_scale) == 0.5
+
+
+# Errors.
+
+
+@pytest.mark.parametrize("inner", ["sgd", None, tf.Module(), 0.1],
+                         ids=["string", "none", "module", "number"])
+def test_non_optimizer_inner_raises_type_error_naming_it(inner):
+    with pytest.raises(TypeError, match="keras.optimizers.Optimizer") as e:
+        tf_lossscale.LossScaleOptimizer(inner)
+    assert repr(inner) in str(e.value)
+
+
+def test_flavour_class_also_rejects_a_non_optimizer():
+    with pytest.raises(TypeError, match="'sgd'"):
+        KerasLossScaleOptimizer("sgd")
+
+
+@pytest.mark.parametrize("wrap", ["ours", "keras", "experimental"])
+def test_wrapping_a_loss_scale_optimizer_raises_type_error(wrap):
+    if wrap == "ours":
+        inner = tf_lossscale.LossScaleOptimizer(keras.optimizers.SGD())
+    elif wrap == "keras":
+        inner = keras.mixed_precision.LossScaleOptimizer(
+            keras.optimizers.SGD())
+    else:
+        with pytest.warns(DeprecationWarning):
+            inner = tf_lossscale.experimental.LossScaleOptimizer(
+                keras.optimizers.SGD(), "dynamic")
+    with pytest.raises(TypeError, match="cannot wrap another"):
+        tf_lossscale.LossScaleOptimizer(inner)
+    with pytest.raises(TypeError, match="cannot wrap another"):
+        KerasLossScaleOptimizer(inner)
+
+
+@pytest.mark.parametrize("dynamic", ["dynamic", 1, None, np.bool_(True)],
+                         ids=["string", "int", "none", "numpy_bool"])
+def test_non_bool_dynamic_raises_type_error(dynamic):
+    with pytest.raises(TypeError, match="dynamic must be a bool") as e:
+        tf_lossscale.LossScaleOptimizer(keras.optimizers.SGD(), dynamic)
+    assert repr(dynamic) in str(e.value)
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    ({"initial_scale": 0}, "initial_scale"),
+    ({"initial_scale": -4.0}, "initial_scale"),
+    ({"initial_scale": float("inf")}, "initial_scale"),
+    ({"initial_scale": float("nan")}, "initial_scale"),
+    ({"initial_scale": True}, "initial_scale"),
+    ({"initial_scale": "big"}, "initial_scale"),
+    ({"initial_scale": 1e39}, "initial_scale"),
+    ({"dynamic_growth_steps": 0}, "dynamic_growth_steps"),
+    ({"dynamic_growth_steps": 1.5}, "dynamic_growth_steps"),
+    ({"dynamic_growth_steps": True}, "dynamic_growth_steps"),
+    ({"dynamic": False}, "initial_scale"),
+    ({"dynamic": False, "initial_scale": 0.5}, "initial_scale"),
+    ({"dynamic": False, "initial_scale": 8, "dynamic_growth_steps": 5},
+     "dynamic_growth_steps"),
+], ids=lambda x: repr(x) if isinstance(x, dict) else x)
+def test_bad_number_raises_value_error_naming_the_argument(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        tf_lossscale.LossScaleOptimizer(keras.optimizers.SGD(), **kwargs)
+
+
+def test_inner_that_scales_the_loss_itself_is_rejected_unchanged():
+    inner = keras.optimizers.SGD(loss_scale_factor=4.0)
+    with pytest.raises(ValueError, match="loss_scale_factor=4.0"):
+        tf_lossscale.LossScaleOptimizer(inner)
+    assert inner.loss_scale_factor == 4.0
+
+
+# Hyperparameters and iterations read and write through.
+
+
+def test_learning_rate_reads_and_writes_through_to_the_inner():
+    opt = tf_lossscale.LossScaleOptimizer(keras.optimizers.SGD(0.25))
+    assert float(opt.learning_rate) == 0.25
+    opt.learning_rate = 0.5
+    assert float(opt.inner_optimizer.learning_rate) == 0.5
+
+
+def test_other_hyperparameters_read_and_write_through_to_the_inner():
+    opt = tf_lossscale.LossScaleOptimizer(
+        keras.optimizers.Adam(beta_1=0.8, clipnorm=2.0))
+    assert (opt.beta_1, opt.clipnorm) == (0.8, 2.0)
+    opt.beta_1 = 0.7
+    opt.clipnorm = 3.0
+    assert opt.inner_optimizer.beta_1 == 0.7
+    assert opt.inner_optimizer.clipnorm == 3.0
+
+
+def test_hyperparameter_the_inner_lacks_raises_attribute_error():
+    opt = tf_lossscale.LossScaleOptimizer(keras.optimizers.SGD())
+    assert not hasattr(opt, "beta_1")
+    with pytest.raises(AttributeError, match="beta_1"):
+        opt.beta_1 = 0.5
+    assert not hasattr(opt.inner_optimizer, "beta_1")
+
+
+def test_iterations_is_the_inner_optimizers():
+    opt = tf_lossscale.LossScaleOptimizer(keras.optimizers.SGD())
+    assert opt.iterations is opt.inner_optimizer.iterations
+
+
+# get_scaled_loss / get_unscaled_gradients.
+
+
+@pytest.mark.parametrize("dtype", [tf.float32, tf.float16])
+def test_get_scaled_loss_multiplies_in_the_loss_dtype(dtype):
+    opt = tf_lossscale.LossScaleOptimizer(
+        keras.optimizers.SGD(), initial_scale=8)
+    scaled = opt.get_scaled_loss(tf.constant(1.5, dtype))
+    assert scaled.dtype == dtype
+    assert float(scaled) == 12.0
+
+
+def test_get_scaled_loss_of_a_callable_is_a_callable():
+    opt = tf_lossscale.LossScaleOptimizer(
+        keras.optimizers.SGD(), initial_scale=8)
+    scaled = opt.get_scaled_loss(lambda: tf.constant(2.0))
+    assert callable(scaled)
+    assert float(scaled()) == 16.0
+
+
+def test_get_unscaled_gradients_keeps_none_sparsity_and_dtypes():
+    opt = tf_lossscale.LossScaleOptimizer(
+        keras.optimizers.SGD(), initial_scale=4)
+    sparse = tf.IndexedSlices(tf.constant([[8.0, 4.0]]), tf.constant([1]),
+                              tf.constant([3, 2]))
+    dense16 = tf.constant([2.0, 6.0], tf.float16)
+    none, got_sparse, got16 = opt.get_unscaled_gradients(
+        [None, sparse, dense16])
+    assert none is None
+    assert isinstance(got_sparse, tf.IndexedSlices)
+    np.testing.assert_array_equal(got_sparse.values, [[2.0, 1.0]])
+    np.testing.assert_array_equal(got_sparse.indices, [1])
+    assert got16.dtype == tf.float16
+    np.testing.assert_array_equal(got16, [0.5, 1.5])
+
+
+# Skip semantics.
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("make_inner", [
+    lambda: keras.optimizers.SGD(0.1, momentum=0.9),
+    lambda: keras.optimizers.Adam(0.1),
+], ids=["sgd_momentum", "adam"])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf],
+                         ids=["nan", "inf", "minus_inf"])
+def test_non_finite_step_changes_no_variable_and_no_slot(mode, make_inner,
+                                                         bad):
+    var = keras.Variable([1.0, 2.0, 3.0])
+    opt = tf_lossscale.LossScaleOptimizer(
+        make_inner(), initial_scale=16, dynamic_growth_steps=100)
+    step = _runner(mode, lambda g: opt.apply_gradients([(g, var)]))
+    step(tf.constant([16.0, 32.0, 48.0]))  # A finite step fills the slots.
+    before = _snapshot([var] + _slots(opt))
+    step(tf.constant([16.0, bad, 48.0]))
+    assert _snapshot([var] + _slots(opt)) == before
+    assert int(opt.iterations) == 2  # Advanced on the skipped step too.
+    assert float(opt.loss_scale) == 8.0
+    assert int(opt.dynamic_counter) == 0
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_finite_step_applies_the_unscaled_gradients(mode):
+    var = keras.Variable([1.0, 2.0])
+    opt = tf_lossscale.LossScaleOptimizer(
+        keras.optimizers.SGD(0.5), initial_scale=8)
+    step = _runner(mode, lambda g: opt.apply_gradients([(g, var)]))
+    step(tf.constant([8.0, -16.0]))  # Scaled by 8: [1, -2] unscaled.
+    np.testing.assert_array_equal(var, [0.5, 3.0])
+    assert int(opt.dynamic_counter) == 1
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_scale_and_counter_follow_the_reference_rule(mode):
+    flags = [True, True, True, False, True, False, False, False, False,
+             True, True, True, True, True, True, True]
+    expected = _model.trajectory(flags, initial=4, period=3, multiplier=2)
+    var = keras.Variable([1.0])
+    opt = tf_lossscale.LossScaleOptimizer(
+        keras.optimizers.SGD(), initial_scale=4, dynamic_growth_steps=3)
+    step = _runner(mode, lambda g: opt.apply_gradients([(g, var)]))
+    got = []
+    for flag in flags:
+        step(tf.constant([1.0 if flag else np.nan]))
+        got.append((float(opt.loss_scale), int(opt.dynamic_counter)))
+    assert got == expected
+    assert min(scale for scale, _ in got) == 1.0  # The floor was reached.
+    assert int(opt.iterations) == len(flags)
+
+
+def test_scale_never_grows_to_a_non_finite_value():
+    var = keras.Variable([1.0])
+    opt = tf_lossscale.LossScaleOptimizer(
+        keras.optimizers.SGD(0.0), initial_scale=2.0**127,
+        dynamic_growth_steps=1)
+    for _ in range(3):
+        opt.apply_gradients([(tf.constant([1.0]), var)])
+        assert float(opt.loss_scale) == 2.0**127
+        assert int(opt.dynamic_counter) == 0
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_sparse_gradients_are_applied_and_checked(mode):
+    table = keras.Variable([[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]])
+    opt = tf_lossscale.LossScaleOptimizer(
+        keras.optimizers.SGD(1.0), initial_scale=2)
+
+    def step(values):
+        grad = tf.IndexedSlices(values, tf.constant([1]), tf.constant([3, 2]))
+        opt.apply_gradients([(grad, table)])
+
+    step = _runner(mode, step)
+    step(tf.constant([[2.0, 4.0]]))
+    np.testing.assert_array_equal(table, [[1, 1], [1, 0], [3, 3]])
+    step(tf.constant([[np.inf, 4.0]]))
+    np.testing.assert_array_equal(table, [[1, 1], [1, 0], [3, 3]])
+    assert float(opt.loss_scale) == 1.0
+
+
+def test_a_none_gradient_leaves_its_variable_alone():
+    a, b = keras.Variable([1.0]), keras.Variable([1.0])
+    opt = tf_lossscale.LossScaleOptimizer(
+        keras.optimizers.SGD(1.0), initial_scale=2)
+    with pytest.warns(UserWarning, match="Gradients do not exist"):
+        opt.apply_gradients([(tf.constant([2.0]), a), (None, b)])
+    assert (float(a[0]), float(b[0])) == (0.0, 1.0)
+
+
+def test_all_none_gradients_raise_and_change_nothing():
+    var = keras.Variable([1.0])
+    opt = tf_lossscale.LossScaleOptimizer(
+        keras.optimizers.SGD(), initial_scale=2)
+    with pytest.raises(ValueError, match="No gradients"):
+        opt.apply_gradients([(None, var)])
+    assert int(opt.iterations) == 0
+    assert float(opt.loss_scale) == 2.0
+
+
+def test_fixed_scale_always_applies_even_non_finite_gradients():
+    var = keras.Variable([1.0, 2.0])
+    opt = tf_lossscale.LossScaleOptimizer(
+        keras.optimizers.SGD(1.0), dynamic=False, initial_scale=4)
+    opt.apply_gradients([(tf.constant([4.0, 8.0]), var)])
+    np.testing.assert_array_equal(var, [0.0, 0.0])
+    opt.apply_gradients([(tf.constant([np.nan, 8.0]), var)])
+    assert np.isnan(var.numpy()[0]) and var.numpy()[1] == -2.0
+    assert float(opt.loss_scale) == 4.0
+    assert int(opt.iterations) == 2
+
+
+def test_a_step_traces_once_whatever_the_verdict():
+    var = keras.Variable([1.0])
+    opt = tf_lossscale.LossScaleOptimizer(
+        keras.optimizers.SGD(), initial_scale=4, dynamic_growth_steps=2)
+    step = tf.function(lambda g: opt.apply_gradients([(g, var)]))
+    for value in [1.0, np.nan, 1.0, 1.0, np.inf]:
+        step(tf.constant([value]))
+    assert step.experimental_get_tracing_count() == 1
+
+
+def test_xla_compiled_step_skips_and_applies():
+    var = keras.Variable([1.0, 2.0])
+    opt = tf_lossscale.LossScaleOptimizer(
+        keras.optimizers.SGD(0.5, momentum=0.5), initial_scale=4)
+    opt.build([var])
+    step = tf.function(lambda g: opt.apply_gradients([(g, var)]),
+                       jit_compile=True)
+    step(tf.constant([4.0, 8.0]))
+    before = _snapshot([var] + _slots(opt))
+    step(tf.constant([np.nan, 8.0]))
+    assert _snapshot([var] + _slots(opt)) == before
+    assert (float(opt.loss_scale), int(opt.iterations)) == (2.0, 2)
+    step(tf.constant([2.0, 4.0]))
+    np.testing.assert_array_equal(var, [-0.25, -0.5])
+
+
+# The two flows: documented (unscaled gradients) and Keras 3's (scaled).
+
+
+def _linear_step(opt, var, coefficients, documented):
+    """One step of loss = sum(coefficients * var), in either flow."""
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(coefficients * var)
+        if documented:
+            loss = opt.get_scaled_loss(loss)
+        else:
+            loss = opt.scale_loss(loss)
+    grads = tape.gradient(loss, [var])
+    if documented:
+        grads = opt.get_unscaled_gradients(grads)
+    opt.apply_gradients(zip(grads, [var]))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_both_flows_and_switches_between_them_apply_unscaled_gradients(mode):
+    var = keras.Variable([0.0, 0.0])
+    opt = tf_lossscale.LossScaleOptimizer(
+        keras.optimizers.SGD(1.0), initial_scale=8, dynamic_growth_steps=2)
+    coefficients = tf.constant([1.0, 2.0])
+    documented = _runner(
+        mode, lambda: _linear_step(opt, var, coefficients, True))
+    keras_flow = _runner(
+        mode, lambda: _linear_step(opt, var, coefficients, False))
+    for n, step in enumerate(
+            [documented, keras_flow, documented, documented, keras_flow,
+             keras_flow], start=1):
+        step()
+        # Exactly one unscaled gradient per step, whatever the flow.
+        np.testing.assert_array_equal(var, [-n, -2 * n])
+    assert float(opt.loss_scale) == 64.0  # It grew every 2 steps.
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_documented_flow_may_change_gradients_before_applying(mode):
+    var = keras.Variable([0.0, 0.0])
+    opt = tf_lossscale.LossScaleOptimizer(
+        keras.optimizers.SGD(1.0), initial_scale=1024)
+
+    def step():
+        with tf.GradientTape() as tape:
+            loss = opt.get_scaled_loss(
+                tf.reduce_sum(tf.constant([3.0, 4.0]) * var))
+        grads = opt.get_unscaled_gradients(tape.gradient(loss, [var]))
+        grads, _ = tf.clip_by_global_norm(grads, 1.0)  # Norm 5 -> 1.
+        opt.apply_gradients(zip(grads, [var]))
+
+    _runner(mode, step)()
+    np.testing.assert_allclose(var, [-0.6, -0.8], rtol=1e-6)
+
+
+def test_unscaled_gradients_applied_in_the_same_graph_only():
+    """A mark left eagerly does not make a traced step skip its unscale."""
+    var = keras.Variable([0.0])
+    opt = tf_lossscale.LossScaleOptimizer(
+        keras.optimizers.SGD(1.0), initial_scale=4)
+    opt.get_unscaled_gradients([tf.constant([1.0])])  # Eager, not applied.
+    tf.function(lambda: opt.apply_gradients([(tf.constant([4.0]), var)]))()
+    np.testing.assert_array_equal(var, [-1.0])
+    opt.apply_gradients([(tf.constant([1.0]), var)])  # The eager mark.
+    np.testing.assert_array_equal(var, [-2.0])
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_minimize_scales_unscales_and_applies(mode):
+    var = keras.Variable([1.0, 1.0])
+    opt = tf_lossscale.LossScaleOptimizer(
+        keras.optimizers.SGD(1.0), initial_scale=2.0**20)
+
+    def step():
+        opt.minimize(lambda: tf.reduce_sum(tf.constant([1.0, 3.0]) * var),
+                     [var])
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.constant([1.0, 3.0]) * var)
+        opt.minimize(loss, [var], tape=tape)
+
+    _runner(mode, step)()
+    np.testing.assert_array_equal(var, [-1.0, -5.0])
+    assert int(opt.iterations) == 2
+
+
+def test_minimize_of_a_tensor_without_tape_raises():
+    opt = tf_lossscale.LossScaleOptimizer(keras.optimizers.SGD())
+    with pytest.raises(ValueError, match="needs a tape"):
+        opt.minimize(tf.constant(1.0), [keras.Variable([1.0])])
+
+
+# fit.
+
+
+def _mixed_model():
+    init = keras.initializers.GlorotUniform
+    return keras.Sequential([
+        keras.Input((4,)),
+        keras.layers.Dense(8, activation="relu",
+                           kernel_initializer=init(seed=1)),
+        keras.layers.Dense(1, dtype="float32",
+                           kernel_initializer=init(seed=2)),
+    ])
+
+
+@pytest.mark.parametrize("jit_compile", [False, True],
+                         ids=["graph", "xla"])
+def test_fit_under_mixed_float16_skips_overflows_and_counts_every_step(
+        jit_compile):
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        model = _mixed_model()
+        opt = tf_lossscale.LossScaleOptimizer(
+            keras.optimizers.SGD(0.01), initial_scale=2.0**40,
+            dynamic_growth_steps=1000)
+        model.compile(optimizer=opt, loss="mse", jit_compile=jit_compile)
+        rng = np.random.default_rng(0)
+        x = rng.normal(size=(128, 4)).astype("float32")
+        y = x.sum(axis=1, keepdims=True)
+        history = model.fit(x, y, batch_size=16, epochs=2, verbose=0)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    assert model.optimizer is opt
+    assert model.jit_compile is jit_compile
+    assert int(opt.iterations) == 16  # Skipped steps counted too.
+    # 2**40 overflows float16 at once: it backed off, and no step reached
+    # growth, so counter + back-offs account for every step.
+    backoffs = round(np.log2(2.0**40 / float(opt.loss_scale)))
+    assert backoffs >= 1
+    assert backoffs + int(opt.dynamic_counter) == 16
+    assert all(np.isfinite(w).all() for w in model.get_weights())
+    assert np.isfinite(history.history["loss"][-1])

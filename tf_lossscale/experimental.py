@@ -1,0 +1,97 @@
+"""`tf_lossscale.experimental.LossScaleOptimizer(optimizer, loss_scale)`.
+
+The deprecated spelling of TF 2.1-2.4, kept so that old code runs. It takes
+one `loss_scale` argument where the current class takes three, converts it
+with `config_conversion.from_legacy_loss_scale`, and is otherwise the current
+optimizer: it subclasses `tf_lossscale.LossScaleOptimizer` (not the other way
+round), and its `get_config()` equals the current class's for the same
+arguments. Use `tf_lossscale.LossScaleOptimizer` in new code.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Dict, Optional
+
+import keras
+
+from tf_lossscale import config_conversion
+from tf_lossscale import optimizer as optimizer_lib
+from tf_lossscale.keras_optimizer import KerasLossScaleOptimizer
+
+__all__ = ["LossScaleOptimizer"]
+
+
+class LossScaleOptimizer(optimizer_lib.LossScaleOptimizer):
+    """Deprecated: use `tf_lossscale.LossScaleOptimizer`.
+
+    `LossScaleOptimizer(optimizer, loss_scale)`: `loss_scale` is "dynamic"
+    (dynamic scaling with the defaults), an int or float >= 1 (a fixed
+    scale), a `FixedLossScale` (the same), or a `DynamicLossScale` whose
+    multiplier is 2 (its `initial_loss_scale` and `increment_period` become
+    `initial_scale` and `dynamic_growth_steps`); TensorFlow's own
+    `tf.compat.v1.mixed_precision` loss scales are accepted too.
+
+    Raises:
+      TypeError: `optimizer` is not an optimizer of a supported Keras, or is
+        a LossScaleOptimizer.
+      ValueError: any other `loss_scale`, such as a `DynamicLossScale` with
+        a multiplier other than 2.
+    """
+
+    _DISPATCHES = True
+    _INNER_ARGUMENT = "optimizer"
+
+    def __init__(self, optimizer: Any, loss_scale: Any,
+                 name: Optional[str] = None) -> None:
+        args = config_conversion.from_legacy_loss_scale(loss_scale)
+        warnings.warn(_replacement_message(args), DeprecationWarning,
+                      stacklevel=2)
+        super().__init__(optimizer, name=name, **args)
+
+    @classmethod
+    def _flavour_for(cls, optimizer: Any) -> type:
+        current = optimizer_lib.LossScaleOptimizer._flavour_for(optimizer)
+        # tf_keras flavour: add its experimental twin to this table.
+        return _EXPERIMENTAL_FLAVOURS[current]
+
+    @classmethod
+    def _from_current_args(cls, inner_optimizer: Any,
+                           args: Dict[str, Any]) -> "LossScaleOptimizer":
+        args = dict(args)
+        loss_scale = config_conversion.to_legacy_loss_scale(
+            args.pop("dynamic"), args.pop("initial_scale"),
+            args.pop("dynamic_growth_steps", None))
+        return cls(inner_optimizer, loss_scale, **args)
+
+
+def _replacement_message(args: Dict[str, Any]) -> str:
+    """The deprecation message, with the equivalent current call."""
+    spelled = []
+    if not args["dynamic"]:
+        spelled.append("dynamic=False")
+    if args["initial_scale"] != config_conversion.DEFAULT_INITIAL_SCALE or (
+            not args["dynamic"]):
+        spelled.append(f"initial_scale={args['initial_scale']!r}")
+    growth = args["dynamic_growth_steps"]
+    if growth is not None and growth != config_conversion.DEFAULT_GROWTH_STEPS:
+        spelled.append(f"dynamic_growth_steps={growth!r}")
+    call = ", ".join(["optimizer"] + spelled)
+    return (
+        "tf_lossscale.experimental.LossScaleOptimizer is deprecated; use "
+        f"tf_lossscale.LossScaleOptimizer({call}) instead, which is the same "
+        "optimizer with the loss scale spelled as dynamic, initial_scale and "
+        "dynamic_growth_steps.")
+
+
+@keras.saving.register_keras_serializable(
+    package="tf_lossscale", name="ExperimentalLossScaleOptimizer")
+class KerasExperimentalLossScaleOptimizer(LossScaleOptimizer,
+                                          KerasLossScaleOptimizer):
+    """The deprecated optimizer wrapping a Keras 3 optimizer."""
+
+
+# Current flavour -> its deprecated twin.
+_EXPERIMENTAL_FLAVOURS = {
+    KerasLossScaleOptimizer: KerasExperimentalLossScaleOptimizer,
+}
