@@ -34,13 +34,17 @@ def _record(should_apply, scale, good_steps):
     return bool(should_apply), float(scale), steps
 
 
+def _read(should_apply, loss_scale):
+    return _record(should_apply, loss_scale(), _good_steps(loss_scale))
+
+
 def _run_eager(make_loss_scale, flags):
     loss_scale = make_loss_scale()
     out = []
     for flag in flags:
-        update_op, should_apply = loss_scale.update([tf.constant(_grads(flag))])
+        update_op, should_apply = loss_scale.update([_grads(flag)])
         assert update_op is None
-        out.append(_record(should_apply, loss_scale(), _good_steps(loss_scale)))
+        out.append(_read(should_apply, loss_scale))
     return out
 
 
@@ -51,7 +55,7 @@ def _run_function(make_loss_scale, flags, jit_compile=False):
     out = []
     for flag in flags:
         should_apply = update(tf.constant(_grads(flag)))
-        out.append(_record(should_apply, loss_scale(), _good_steps(loss_scale)))
+        out.append(_read(should_apply, loss_scale))
     return out
 
 

@@ -157,7 +157,7 @@ class FixedLossScale(LossScale):
 
 
 class DynamicLossScale(LossScale):
-    """A loss scale that backs off on overflow and grows while steps are finite.
+    """A loss scale that backs off on overflow, grows while steps are finite.
 
     Every `increment_period` consecutive steps with finite gradients the scale
     is multiplied by `multiplier` (unless that would make it non-finite). A
@@ -223,8 +223,9 @@ class DynamicLossScale(LossScale):
         scale, steps = next_state(
             scale_var.read_value(), steps_var.read_value(), finite,
             period=self._increment_period, multiplier=self._multiplier)
-        # TF1 graphs order nothing by themselves: both reads must precede
-        # both writes.
+        # TF1 graphs order nothing by themselves: making both writes wait
+        # for both new values (so for both reads) keeps any read from seeing
+        # a half-written state, whatever next_state reads.
         with tf.control_dependencies([scale, steps]):
             update_op = tf.group(
                 scale_var.assign(scale), steps_var.assign(steps))
