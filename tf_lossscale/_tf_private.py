@@ -12,8 +12,24 @@ import tensorflow as tf
 
 Trackable = tf.__internal__.tracking.Trackable
 
-__all__ = ["Trackable", "keras_iterations_variable",
-           "strategy_supports_no_merge_call"]
+__all__ = ["DelegatingTrackableMixin", "Trackable",
+           "is_wrapped_by_loss_scale_optimizer", "keras_iterations_variable",
+           "mark_wrapped_by_loss_scale_optimizer",
+           "no_automatic_dependency_tracking",
+           "strategy_supports_no_merge_call", "track_child"]
+
+# The tf_keras LossScaleOptimizer is, to a checkpoint, its inner optimizer
+# plus a `loss_scale` child: it delegates the whole trackable protocol to the
+# inner optimizer with this mixin (TF's own, made for that wrapper). Ours
+# does the same so that checkpoints interchange with tf_keras' and with the
+# bare inner optimizer. No public spelling.
+DelegatingTrackableMixin = tf.__internal__.tracking.DelegatingTrackableMixin
+
+# Keeps attribute assignment in a method from adding checkpoint
+# dependencies: on a delegating object they would land on the inner
+# optimizer. No public spelling.
+no_automatic_dependency_tracking = (
+    tf.__internal__.tracking.no_automatic_dependency_tracking)
 
 
 def strategy_supports_no_merge_call() -> bool:
@@ -39,3 +55,30 @@ def keras_iterations_variable(optimizer):
     spelling.
     """
     return optimizer._iterations
+
+
+def track_child(parent, child, name: str) -> None:
+    """Makes `child` the checkpoint dependency `name` of `parent`.
+
+    What an attribute assignment does on an `AutoTrackable`, without the
+    attribute: the tf_keras LossScaleOptimizer adds its `loss_scale` to the
+    inner optimizer this way, so the key is `loss_scale` in both. No public
+    spelling.
+    """
+    parent._track_trackable(child, name=name)
+
+
+# tf_keras marks an optimizer that a LossScaleOptimizer wraps with this
+# attribute and refuses to wrap it again; ours reads and writes the same mark,
+# so neither wraps an optimizer the other already wraps.
+_WRAPPED_MARK = "_is_wrapped_by_loss_scale_optimizer"
+
+
+def is_wrapped_by_loss_scale_optimizer(optimizer) -> bool:
+    """Whether a tf_keras LossScaleOptimizer (ours or tf_keras') wraps it."""
+    return bool(getattr(optimizer, _WRAPPED_MARK, False))
+
+
+def mark_wrapped_by_loss_scale_optimizer(optimizer) -> None:
+    """Marks `optimizer` as wrapped, as tf_keras' LossScaleOptimizer does."""
+    setattr(optimizer, _WRAPPED_MARK, True)
