@@ -51,8 +51,9 @@ class LossScaleOptimizer(optimizer_lib.LossScaleOptimizer):
 
     @classmethod
     def _flavour_for(cls, optimizer: Any) -> type:
+        # Picking the current flavour imports its module, which registers
+        # its twin here if it lives elsewhere (`_register_flavour`).
         current = optimizer_lib.LossScaleOptimizer._flavour_for(optimizer)
-        # tf_keras flavour: add its experimental twin to this table.
         return _EXPERIMENTAL_FLAVOURS[current]
 
     @classmethod
@@ -95,3 +96,12 @@ class KerasExperimentalLossScaleOptimizer(LossScaleOptimizer,
 _EXPERIMENTAL_FLAVOURS = {
     KerasLossScaleOptimizer: KerasExperimentalLossScaleOptimizer,
 }
+
+
+def _register_flavour(current: type, twin: type) -> None:
+    """Adds the deprecated twin of a flavour defined in another module.
+
+    The tf_keras flavour calls it when imported, so that this module never
+    imports tf_keras.
+    """
+    _EXPERIMENTAL_FLAVOURS[current] = twin

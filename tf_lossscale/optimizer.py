@@ -252,8 +252,8 @@ class LossScaleOptimizer:
     """An optimizer that scales the loss so float16 gradients do not underflow.
 
     `LossScaleOptimizer(inner_optimizer, dynamic=True, initial_scale=None,
-    dynamic_growth_steps=None)` wraps a Keras 3 optimizer (a tf_keras one
-    once that flavour exists) and returns the flavour for its type.
+    dynamic_growth_steps=None)` wraps a Keras 3 or a tf_keras optimizer
+    and returns the flavour for its type.
 
     Dynamic scaling (the default) starts at `initial_scale` (2**15) and, per
     step: a step with any NaN or Inf gradient is skipped (no model variable
@@ -306,12 +306,19 @@ class LossScaleOptimizer:
         if isinstance(inner_optimizer, keras.optimizers.Optimizer):
             from tf_lossscale.keras_optimizer import KerasLossScaleOptimizer
             return KerasLossScaleOptimizer
-        # tf_keras flavour goes here: a `tf_keras.optimizers.Optimizer` (or
-        # legacy one) maps to tf_keras_optimizer.TfKerasLossScaleOptimizer.
+        # An optimizer of tf_keras means tf_keras is loaded; if it is not,
+        # the optimizer is not one of its.
+        tf_keras = sys.modules.get("tf_keras")
+        if tf_keras is not None and isinstance(
+                inner_optimizer, (tf_keras.optimizers.Optimizer,
+                                  tf_keras.optimizers.legacy.Optimizer)):
+            from tf_lossscale import tf_keras_optimizer
+            return tf_keras_optimizer.flavour_for(inner_optimizer)
         raise TypeError(
             "inner_optimizer must be a Keras 3 optimizer (an instance of "
             "keras.optimizers.Optimizer, which is tf.keras.optimizers."
-            "Optimizer on TensorFlow >= 2.16); got "
+            "Optimizer on TensorFlow >= 2.16) or a tf_keras optimizer (an "
+            "instance of tf_keras.optimizers.Optimizer); got "
             f"{inner_optimizer!r} of type {type(inner_optimizer).__module__}."
             f"{type(inner_optimizer).__qualname__}.")
 
@@ -464,8 +471,14 @@ class LossScaleOptimizer:
         """The inner optimizer of a config: an object stays as it is."""
         if not isinstance(config, dict):
             return config
-        # tf_keras flavour: its class overrides this; here (the public class
-        # or the Keras 3 flavour) a config is a Keras 3 optimizer's.
+        # Only tf_keras writes `is_legacy_optimizer` into an optimizer's
+        # config: then the public class picks the tf_keras flavour, as its
+        # constructor would. The tf_keras flavour overrides this method.
+        if "is_legacy_optimizer" in config.get("config", {}):
+            from tf_lossscale.tf_keras_optimizer import (
+                TfKerasLossScaleOptimizer)
+            return TfKerasLossScaleOptimizer._deserialize_inner(
+                config, custom_objects)
         import keras
         return keras.optimizers.deserialize(
             config, custom_objects=custom_objects)
