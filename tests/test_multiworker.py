@@ -25,6 +25,7 @@ import pytest
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
 WORKER = TESTS / "_multiworker_worker.py"
+EXAMPLE = ROOT / "examples" / "multiworker.py"
 
 TIME_LIMIT = 120.0  # seconds for a whole two-worker run
 STEPS = 6
@@ -170,3 +171,27 @@ def test_keras_own_optimizer_leaves_a_worker_waiting_in_a_collective(
     waited = None in run.codes or any(
         "Collective has timed out" in log for log in run.logs)
     assert waited, run.describe()
+
+
+@pytest.mark.slow
+def test_readme_multiworker_example_runs_and_workers_agree(tmp_path):
+    """examples/multiworker.py, as README shows it: both workers skip the
+    NaN step (the scale halves once from 2**12) and end with equal weights."""
+    proc = subprocess.Popen(
+        [sys.executable, str(EXAMPLE), "--timeout", str(TIME_LIMIT - 10)],
+        cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, start_new_session=True,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    try:
+        out, _ = proc.communicate(timeout=TIME_LIMIT)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        pytest.fail(f"example did not finish in {TIME_LIMIT} s:\n{out}")
+    assert proc.returncode == 0, out
+    lines = [line for line in out.splitlines() if line.startswith("worker ")]
+    assert len(lines) == 2, out
+    for index, line in enumerate(lines):
+        assert line.startswith(f"worker {index}: loss scale 2048.0, "
+                               "iterations 10, weights sha256 "), out
+    assert lines[0].split()[-1] == lines[1].split()[-1], out
