@@ -26,10 +26,10 @@ multipliers = st.one_of(
     st.sampled_from([2.0, 1.1, 3, 1e30]),
     # From the float32 just above 1: anything smaller rounds to 1 there.
     st.floats(min_value=1.0 + 2.0**-23, max_value=1e6))
-step_flags = st.lists(st.booleans(), max_size=40)
+step_flags = st.lists(st.booleans(), min_size=1, max_size=60)
 
 
-@settings(deadline=None, max_examples=150)
+@settings(deadline=None, max_examples=200)
 @given(initial_scales, periods, multipliers, step_flags)
 def test_every_eager_state_equals_the_model(initial, period, multiplier,
                                             flags):
@@ -47,7 +47,7 @@ _traced_next_state = tf.function(
     lambda s, c, f, p, m: next_state(s, c, f, period=p, multiplier=m))
 
 
-@settings(deadline=None, max_examples=150)
+@settings(deadline=None, max_examples=200)
 @given(initial_scales, periods, multipliers, step_flags)
 def test_traced_next_state_equals_the_model(initial, period, multiplier,
                                             flags):
