@@ -20,6 +20,7 @@ supported: wrapping one raises a `TypeError` that names the replacement.
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import tensorflow as tf
@@ -316,8 +317,10 @@ class TfKerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
                            custom_objects: Optional[Dict[str, Any]]) -> Any:
         if not isinstance(config, dict):
             return config
+        # tf_keras' deserialize edits the config it is given (it lowercases
+        # class names): hand it a copy, so the caller's config stays.
         return tf_keras.optimizers.deserialize(
-            config, custom_objects=custom_objects)
+            copy.deepcopy(config), custom_objects=custom_objects)
 
 
 for _name in HYPERPARAMETERS:

@@ -1,0 +1,365 @@
+"""The tf_keras flavour: construction, attributes, steps, config, fit.
+
+Runs under TF_USE_LEGACY_KERAS=1 (see tests/test_tf_keras_optimizer.py).
+"""
+
+import warnings
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras
+
+import tf_lossscale
+from tf_lossscale import tf_keras_optimizer
+
+MODES = ["eager", "function"]
+
+
+def _lso(inner=None, **kwargs):
+    inner = inner if inner is not None else tf_keras.optimizers.SGD(0.25)
+    return tf_lossscale.LossScaleOptimizer(inner, **kwargs)
+
+
+def _runner(mode, fn):
+    return tf.function(fn) if mode == "function" else fn
+
+
+def _snapshot(variables):
+    return [v.numpy().copy() for v in variables]
+
+
+def _assert_bit_identical(before, after):
+    for b, a in zip(before, after):
+        np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8))
+
+
+# Construction and attributes.
+
+
+def test_tf_keras_inner_gives_the_visible_tf_keras_flavour():
+    opt = _lso()
+    assert type(opt).__name__ == "TfKerasLossScaleOptimizer"
+    assert isinstance(opt, tf_lossscale.LossScaleOptimizer)
+    assert isinstance(opt, tf_keras.optimizers.Optimizer)
+    assert isinstance(opt, tf_keras.mixed_precision.LossScaleOptimizer)
+
+
+def test_defaults_are_dynamic_with_2_to_the_15_and_2000_steps():
+    inner = tf_keras.optimizers.SGD()
+    opt = _lso(inner)
+    assert opt.inner_optimizer is inner
+    assert (opt.dynamic, opt.initial_scale, opt.dynamic_growth_steps) == (
+        True, 32768.0, 2000)
+    assert opt.loss_scale.dtype == tf.float32
+    assert float(opt.loss_scale) == 32768.0
+    assert int(opt.dynamic_counter) == 0
+
+
+def test_fixed_scale_has_no_counter_and_no_scale_variable():
+    opt = _lso(dynamic=False, initial_scale=8)
+    assert (opt.dynamic, opt.initial_scale, opt.dynamic_growth_steps,
+            opt.dynamic_counter) == (False, 8.0, None, None)
+    assert float(opt.loss_scale) == 8.0
+    assert opt.variables == list(opt.inner_optimizer.variables)
+
+
+def test_legacy_optimizer_raises_type_error_naming_the_replacement():
+    with pytest.raises(TypeError, match=r"legacy.*tf_keras\.optimizers\.SGD"):
+        _lso(tf_keras.optimizers.legacy.SGD())
+
+
+@pytest.mark.parametrize("inner", [None, "sgd", tf.Variable(1.0)])
+def test_non_optimizer_inner_raises_type_error_naming_it(inner):
+    with pytest.raises(TypeError, match="tf_keras optimizer"):
+        tf_lossscale.LossScaleOptimizer(inner)
+
+
+@pytest.mark.parametrize("wrap", ["ours", "tf_keras"])
+def test_wrapping_a_loss_scale_optimizer_raises_type_error(wrap):
+    inner = tf_keras.optimizers.SGD()
+    if wrap == "ours":
+        wrapped = _lso(inner)
+    else:
+        wrapped = tf_keras.mixed_precision.LossScaleOptimizer(inner)
+    with pytest.raises(TypeError, match="cannot wrap another"):
+        _lso(wrapped)
+
+
+@pytest.mark.parametrize("first", ["ours", "tf_keras"])
+def test_an_inner_already_wrapped_raises_value_error(first):
+    inner = tf_keras.optimizers.SGD()
+    if first == "ours":
+        _lso(inner)
+    else:
+        tf_keras.mixed_precision.LossScaleOptimizer(inner)
+    with pytest.raises(ValueError, match="already wrapped"):
+        _lso(inner)
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"dynamic": "dynamic"}, TypeError, "dynamic must be a bool"),
+    ({"initial_scale": 0}, ValueError, "initial_scale"),
+    ({"dynamic_growth_steps": 0}, ValueError, "dynamic_growth_steps"),
+    ({"dynamic": False}, ValueError, "initial_scale is required"),
+])
+def test_bad_arguments_raise_and_leave_the_inner_wrappable(kwargs, error,
+                                                           match):
+    inner = tf_keras.optimizers.SGD()
+    with pytest.raises(error, match=match):
+        _lso(inner, **kwargs)
+    assert _lso(inner).inner_optimizer is inner
+
+
+def test_hyperparameters_read_and_write_through_to_the_inner():
+    inner = tf_keras.optimizers.SGD(0.5, momentum=0.9)
+    opt = _lso(inner)
+    assert float(opt.learning_rate) == 0.5 and opt.momentum == 0.9
+    opt.learning_rate = 0.125
+    opt.momentum = 0.5
+    assert float(inner.learning_rate) == 0.125 and inner.momentum == 0.5
+    opt.lr = 0.0625  # tf_keras' old spelling.
+    assert float(inner.learning_rate) == 0.0625
+
+
+# Steps.
+
+
+def _documented_step(opt, var):
+    with tf.GradientTape() as tape:
+        loss = opt.get_scaled_loss(tf.reduce_sum(var * var))
+    grads = opt.get_unscaled_gradients(tape.gradient(loss, [var]))
+    opt.apply_gradients(zip(grads, [var]))
+
+
+def _scaled_step(opt, var):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(var * var) * opt.loss_scale
+    opt.apply_gradients(zip(tape.gradient(loss, [var]), [var]))
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("flow", [_documented_step, _scaled_step],
+                         ids=["documented", "scaled"])
+def test_both_flows_apply_the_unscaled_gradients(mode, flow):
+    var = tf.Variable([1.0, 2.0])
+    opt = _lso(initial_scale=1024.0)
+    _runner(mode, lambda: flow(opt, var))()
+    # grad = 2 * var; SGD(0.25): var - 0.5 * var, exact in float32.
+    np.testing.assert_array_equal(var.numpy(), [0.5, 1.0])
+    assert (int(opt.dynamic_counter), int(opt.iterations)) == (1, 1)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_minimize_scales_unscales_and_applies(mode):
+    var = tf.Variable([1.0, 2.0])
+    opt = _lso(initial_scale=1024.0)
+    _runner(mode, lambda: opt.minimize(
+        lambda: tf.reduce_sum(var * var), [var]))()
+    np.testing.assert_array_equal(var.numpy(), [0.5, 1.0])
+    assert int(opt.iterations) == 1
+
+
+def test_fixed_scale_unscales_scaled_gradients():
+    var = tf.Variable([1.0, 2.0])
+    opt = _lso(dynamic=False, initial_scale=8)
+    _scaled_step(opt, var)
+    np.testing.assert_array_equal(var.numpy(), [0.5, 1.0])
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("make_inner", [
+    lambda: tf_keras.optimizers.SGD(0.1, momentum=0.9),
+    lambda: tf_keras.optimizers.Adam(0.1),
+], ids=["sgd_momentum", "adam"])
+def test_non_finite_step_changes_no_variable_and_no_slot(mode, make_inner):
+    var = tf.Variable([1.0, 2.0])
+    opt = _lso(make_inner(), initial_scale=64.0, dynamic_growth_steps=100)
+    step = _runner(mode, lambda g: opt.apply_gradients([(g, var)]))
+    step(tf.constant([1.0, -3.0]) * 64.0)  # Slots are non-zero now.
+    before = _snapshot([var] + list(opt.inner_optimizer.variables))
+    for bad in (np.nan, np.inf):
+        step(tf.constant([1.0, bad]))
+    after = _snapshot([var] + list(opt.inner_optimizer.variables))
+    # iterations (the inner's first variable) advanced twice; nothing else.
+    assert int(after[1]) == int(before[1]) + 2
+    del before[1], after[1]
+    _assert_bit_identical(before, after)
+    assert (float(opt.loss_scale), int(opt.dynamic_counter)) == (16.0, 0)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_scale_and_variables_match_tf_keras_own_wrapper_step_by_step(mode):
+    """Same inner, same gradients: the same scale and weights every step."""
+    pattern = [1, 1, 1, np.nan, 1, 1, np.inf, 1, 1, 1, 1, np.nan, 1]
+    runs = []
+    for make in (tf_lossscale.LossScaleOptimizer,
+                 tf_keras.mixed_precision.LossScaleOptimizer):
+        var = tf.Variable([1.0, 2.0])
+        opt = make(tf_keras.optimizers.SGD(0.1, momentum=0.9),
+                   initial_scale=4.0, dynamic_growth_steps=2)
+
+        def step(factor, opt=opt, var=var):
+            with tf.GradientTape() as tape:
+                loss = opt.get_scaled_loss(tf.reduce_sum(var * var) * factor)
+            grads = opt.get_unscaled_gradients(tape.gradient(loss, [var]))
+            opt.apply_gradients(zip(grads, [var]))
+
+        step = _runner(mode, step)
+        trace = []
+        for factor in pattern:
+            step(tf.constant(factor, tf.float32))
+            trace.append((var.numpy().tolist(), float(opt.loss_scale),
+                          int(opt.dynamic_counter), int(opt.iterations)))
+        runs.append(trace)
+    assert runs[0] == runs[1]
+    assert [scale for _, scale, _, _ in runs[0]][:5] == [4.0, 8.0, 8.0, 4.0,
+                                                          4.0]
+
+
+def test_scale_never_falls_below_one():
+    var = tf.Variable([1.0])
+    opt = _lso(initial_scale=2.0)
+    for _ in range(3):
+        opt.apply_gradients([(tf.constant([np.nan]), var)])
+    assert float(opt.loss_scale) == 1.0
+
+
+def test_scale_never_grows_to_a_non_finite_value():
+    var = tf.Variable([1.0])
+    opt = _lso(initial_scale=2.0**127, dynamic_growth_steps=1)
+    opt.apply_gradients([(tf.constant([1.0]), var)])
+    assert float(opt.loss_scale) == 2.0**127
+
+
+def test_all_none_gradients_raise_and_change_nothing():
+    var = tf.Variable([1.0])
+    opt = _lso()
+    with pytest.raises(ValueError, match="No gradients"):
+        opt.apply_gradients([(None, var)])
+    assert int(opt.iterations) == 0 and int(opt.dynamic_counter) == 0
+
+
+# compile / fit.
+
+
+def _data(n=32):
+    rng = np.random.default_rng(0)
+    return (rng.normal(size=(n, 3)).astype("float32"),
+            rng.normal(size=(n, 1)).astype("float32"))
+
+
+def _model():
+    return tf_keras.Sequential([
+        tf_keras.layers.Dense(8, activation="relu", input_shape=(3,)),
+        tf_keras.layers.Dense(1, dtype="float32")])
+
+
+def test_mixed_float16_compile_keeps_it_and_fit_trains(mixed_float16):
+    model = _model()
+    opt = _lso(tf_keras.optimizers.Adam(0.01), initial_scale=256.0,
+               dynamic_growth_steps=3)
+    model.compile(optimizer=opt, loss="mse")
+    assert model.optimizer is opt
+    assert model.layers[0].compute_dtype == "float16"
+    x, y = _data()
+    history = model.fit(x, y, batch_size=8, epochs=3, verbose=0)
+    losses = history.history["loss"]
+    assert losses[-1] < losses[0]
+    # 12 finite steps: the scale doubled every 3.
+    assert (int(opt.iterations), float(opt.loss_scale),
+            int(opt.dynamic_counter)) == (12, 256.0 * 2**4, 0)
+
+
+def test_fit_skips_overflowing_steps_and_counts_every_step(mixed_float16):
+    model = _model()
+    opt = _lso(tf_keras.optimizers.SGD(0.01), initial_scale=2.0**40)
+    model.compile(optimizer=opt, loss="mse")
+    x, y = _data()
+    model.fit(x, y, batch_size=8, epochs=2, verbose=0)
+    # float16 gradients overflow while the scale is above ~2**16: those
+    # steps are skipped and halve it; iterations count them all.
+    assert int(opt.iterations) == 8
+    assert float(opt.loss_scale) < 2.0**40
+    assert all(np.isfinite(w).all() for w in model.get_weights())
+
+
+# The deprecated class.
+
+
+def test_experimental_class_wraps_tf_keras_optimizers():
+    with pytest.warns(DeprecationWarning, match="tf_lossscale.LossScale"):
+        opt = tf_lossscale.experimental.LossScaleOptimizer(
+            tf_keras.optimizers.SGD(name="s"), 128)
+    assert type(opt).__name__ == "TfKerasExperimentalLossScaleOptimizer"
+    assert isinstance(opt, tf_lossscale.experimental.LossScaleOptimizer)
+    assert isinstance(opt, tf_keras_optimizer.TfKerasLossScaleOptimizer)
+    assert isinstance(opt, tf_keras.mixed_precision.LossScaleOptimizer)
+    current = _lso(tf_keras.optimizers.SGD(name="s"), dynamic=False,
+                   initial_scale=128)
+    assert opt.get_config() == current.get_config()
+
+
+def test_experimental_class_steps_like_the_current_one():
+    var = tf.Variable([1.0, 2.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        opt = tf_lossscale.experimental.LossScaleOptimizer(
+            tf_keras.optimizers.SGD(0.25),
+            tf_lossscale.DynamicLossScale(1024.0, 2))
+    _documented_step(opt, var)
+    opt.apply_gradients([(tf.constant([np.nan, 1.0]), var)])
+    np.testing.assert_array_equal(var.numpy(), [0.5, 1.0])
+    assert (float(opt.loss_scale), opt.dynamic_growth_steps) == (512.0, 2)
+
+
+# Config.
+
+
+def test_config_holds_the_inner_and_the_settings_and_round_trips():
+    opt = _lso(tf_keras.optimizers.SGD(0.5, momentum=0.9, name="s"),
+               initial_scale=64, dynamic_growth_steps=10)
+    config = opt.get_config()
+    assert {k: v for k, v in config.items() if k != "inner_optimizer"} == {
+        "dynamic": True, "initial_scale": 64.0, "dynamic_growth_steps": 10}
+    assert config["inner_optimizer"]["class_name"] == "SGD"
+    for cls in (type(opt), tf_lossscale.LossScaleOptimizer):
+        restored = cls.from_config(config)
+        assert type(restored) is type(opt)
+        assert restored.get_config() == config
+
+
+def test_config_of_tf_keras_own_wrapper_loads_into_ours():
+    theirs = tf_keras.mixed_precision.LossScaleOptimizer(
+        tf_keras.optimizers.Adam(name="a"), initial_scale=16,
+        dynamic_growth_steps=5)
+    ours = tf_keras_optimizer.TfKerasLossScaleOptimizer.from_config(
+        theirs.get_config())
+    assert ours.get_config() == theirs.get_config()
+
+
+@pytest.mark.parametrize("loss_scale, settings", [
+    ("dynamic", (True, 32768.0, 2000)),
+    (128, (False, 128.0, None)),
+    ({"class_name": "FixedLossScale", "config": {"loss_scale_value": 4.0}},
+     (False, 4.0, None)),
+    ({"class_name": "DynamicLossScale",
+      "config": {"initial_loss_scale": 256.0, "increment_period": 10,
+                 "multiplier": 2.0}}, (True, 256.0, 10)),
+])
+def test_tf_2_3_config_with_loss_scale_loads(loss_scale, settings):
+    inner = tf_keras.optimizers.serialize(tf_keras.optimizers.SGD(name="s"))
+    opt = tf_keras_optimizer.TfKerasLossScaleOptimizer.from_config(
+        {"optimizer": inner, "loss_scale": loss_scale})
+    assert (opt.dynamic, opt.initial_scale,
+            opt.dynamic_growth_steps) == settings
+    assert opt.get_config()["inner_optimizer"] == inner
+
+
+def test_tf_2_3_config_of_a_legacy_inner_raises_type_error():
+    """TF 2.3 wrote OptimizerV2 configs, which tf_keras loads as legacy."""
+    config = {"optimizer": {"class_name": "SGD", "config": {
+        "name": "SGD", "learning_rate": 0.01, "decay": 0.0, "momentum": 0.0,
+        "nesterov": False}}, "loss_scale": "dynamic"}
+    with pytest.raises(TypeError, match="legacy"):
+        tf_keras_optimizer.TfKerasLossScaleOptimizer.from_config(config)
