@@ -1,0 +1,255 @@
+"""The fused finiteness check and unscale (tf_lossscale/finite.py).
+
+The property tests compare the fused, bucketed check against the plain
+per-tensor check `reduce_all(is_finite(g))` and the fused unscale against
+the per-tensor `unscale`, on random lists that mix NaN, +-Inf, the largest
+finite values (whose sums overflow), subnormals, empty tensors,
+`IndexedSlices` and None in four dtypes, with many small tensors (bucketed)
+and a few large ones (checked in place), eagerly, in `tf.function` and
+under XLA.
+"""
+
+import re
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tf_lossscale import finite
+
+DTYPES = [tf.float16, tf.bfloat16, tf.float32, tf.float64]
+LARGE = finite.BUCKET_MAX_ELEMENTS + 11
+SPECIALS = ["nan", "inf", "-inf", "max", "-max", "subnormal", "zero"]
+
+
+def _special(name, dtype):
+    info = {
+        "max": float(dtype.max), "-max": -float(dtype.max),
+        "subnormal": {tf.float16: 2.0 ** -24, tf.bfloat16: 2.0 ** -133,
+                      tf.float32: 2.0 ** -149,
+                      tf.float64: 5e-324}[dtype],
+        "nan": np.nan, "inf": np.inf, "-inf": -np.inf, "zero": 0.0}
+    return info[name]
+
+
+@st.composite
+def gradient(draw):
+    kind = draw(st.sampled_from(
+        ["none", "dense", "dense", "dense", "matrix", "sparse", "empty",
+         "large"]))
+    if kind == "none":
+        return None
+    dtype = draw(st.sampled_from(DTYPES))
+    shape = {"dense": [draw(st.integers(1, 40))],
+             "matrix": [draw(st.integers(1, 6)), draw(st.integers(1, 6))],
+             "sparse": [draw(st.integers(1, 4)), 3],
+             "empty": [draw(st.sampled_from([0, 3])), 0],
+             "large": [LARGE]}[kind]
+    size = int(np.prod(shape))
+    rng = np.random.default_rng(draw(st.integers(0, 2 ** 16)))
+    values = rng.standard_normal(size) * 10.0 ** draw(st.integers(-3, 3))
+    if size and draw(st.booleans()):
+        # All at the dtype's maximum: a finite tensor whose sum overflows.
+        values[:] = _special("max", dtype)
+    for _ in range(draw(st.integers(0, 2)) if size else 0):
+        name = draw(st.sampled_from(SPECIALS))
+        values[draw(st.integers(0, size - 1))] = _special(name, dtype)
+    tensor = tf.cast(tf.constant(values.reshape(shape), tf.float64), dtype)
+    if kind != "sparse":
+        return tensor
+    return tf.IndexedSlices(tensor, tf.range(shape[0]) * 2,
+                            tf.constant([2 * shape[0], 3]))
+
+
+gradient_lists = st.lists(gradient(), min_size=0, max_size=24)
+
+
+def _values(g):
+    return g.values if isinstance(g, tf.IndexedSlices) else g
+
+
+def _reference_check(grads):
+    """The plain per-tensor check."""
+    return all(bool(tf.reduce_all(tf.math.is_finite(_values(g))))
+               for g in grads if g is not None)
+
+
+def _run(mode, fn):
+    if mode == "eager":
+        return fn(None)
+    if mode == "function":
+        return tf.function(lambda: fn(None), autograph=False)()
+    return fn(True)
+
+
+def _run_reference(mode, fn):
+    if mode == "eager":
+        return fn()
+    return tf.function(fn, autograph=False, jit_compile=mode == "xla")()
+
+
+def _bits(t):
+    return tf.bitcast(t, {2: tf.int16, 4: tf.int32, 8: tf.int64}[
+        t.dtype.size]).numpy()
+
+
+SETTINGS = dict(deadline=None, derandomize=True,
+                suppress_health_check=[HealthCheck.too_slow,
+                                       HealthCheck.data_too_large])
+MODES = [("eager", 40), ("function", 15), ("xla", 8)]
+
+
+@pytest.mark.parametrize("mode,examples", MODES, ids=[m for m, _ in MODES])
+def test_fused_check_agrees_with_per_tensor_check(mode, examples):
+    @settings(max_examples=examples, **SETTINGS)
+    @given(gradient_lists)
+    def check(grads):
+        verdict = _run(mode, lambda jit: finite.all_finite(
+            grads, jit_compile=jit))
+        assert bool(verdict) == _reference_check(grads)
+
+    check()
+
+
+@pytest.mark.parametrize("mode,examples", MODES, ids=[m for m, _ in MODES])
+def test_fused_unscale_and_check_equals_per_tensor_work(mode, examples):
+    @settings(max_examples=examples, **SETTINGS)
+    @given(gradient_lists, st.sampled_from([1.0, 3.0, 2.0 ** 15, 2.0 ** 40]))
+    def check(grads, scale):
+        unscaled, verdict = _run(mode, lambda jit: finite.unscale_and_check(
+            grads, tf.constant(scale), jit_compile=jit))
+        # The reference runs where the fused work ran: graph kernels flush
+        # subnormal results to zero, eager kernels do not.
+        inv = tf.math.reciprocal(tf.constant(scale))
+        expected = _run_reference(mode, lambda: [
+            finite.unscale(g, inv) for g in grads])
+        for got, want in zip(unscaled, expected):
+            assert type(got) is type(want)
+            if want is None:
+                continue
+            assert got.dtype == want.dtype
+            np.testing.assert_array_equal(_bits(_values(got)),
+                                          _bits(_values(want)))
+        assert bool(verdict) == _reference_check(expected)
+
+    check()
+
+
+@pytest.mark.parametrize("mode", ["eager", "function", "xla"])
+def test_float16_unscale_is_exact_for_power_of_two_scales(mode):
+    # Every float16 magnitude class: subnormals, normals, the maximum.
+    grad_np = np.array([2.0 ** -24, 3 * 2.0 ** -24, 2.0 ** -14, 0.1, 1.0,
+                        1.5, 1000.0, 65504.0, -65504.0, -0.0],
+                       np.float16)
+    grads = [tf.constant(grad_np),
+             tf.constant(np.tile(grad_np, LARGE // 10 + 1))]
+    fused = tf.function(lambda g, s: finite.unscale_and_check(
+        g, s, jit_compile=mode == "xla"), autograph=False)
+    if mode == "eager":
+        fused = finite.unscale_and_check
+    for k in range(0, 41):
+        unscaled, ok = fused(grads, tf.constant(2.0 ** k))
+        want = (grad_np.astype(np.float64) / 2.0 ** k).astype(np.float16)
+        np.testing.assert_array_equal(unscaled[0].numpy(), want)
+        np.testing.assert_array_equal(unscaled[1].numpy()[:10], want)
+        assert bool(ok)
+
+
+def test_unscale_keeps_none_sparsity_and_dtype():
+    sparse = tf.IndexedSlices(tf.constant([[2.0, 4.0]], tf.bfloat16),
+                              tf.constant([1]), tf.constant([3, 2]))
+    grads = [None, sparse, tf.constant([8.0], tf.float64),
+             tf.constant([[6.0]], tf.float16)]
+    unscaled, ok = finite.unscale_and_check(grads, tf.constant(2.0))
+    assert unscaled[0] is None
+    assert isinstance(unscaled[1], tf.IndexedSlices)
+    assert unscaled[1].indices is sparse.indices
+    assert unscaled[1].values.dtype == tf.bfloat16
+    assert unscaled[1].values.numpy().tolist() == [[1.0, 2.0]]
+    assert unscaled[2].dtype == tf.float64 and unscaled[2].numpy() == [4.0]
+    assert unscaled[3].dtype == tf.float16 and unscaled[3].shape == (1, 1)
+    assert bool(ok)
+
+
+def test_finite_values_whose_sum_overflows_are_finite():
+    huge = tf.fill([LARGE], 3e38)
+    small = [tf.fill([50], 3e38) for _ in range(3)]
+    graph_check = tf.function(lambda g: finite.all_finite(g))
+    assert bool(finite.all_finite([huge] + small))
+    assert bool(graph_check([huge] + small))
+    assert not bool(graph_check([huge, tf.constant([np.inf])]))
+    assert not bool(graph_check([huge, tf.constant([-np.inf])]))
+
+
+def _graph_ops(fn, *args):
+    graph = tf.function(fn, autograph=False).get_concrete_function(
+        *args).graph
+    ops = [op.type for op in graph.get_operations()]
+    for f in graph._functions.values():  # XLA-compiled inner functions
+        ops += [node.op for node in f.cached_definition.node_def]
+    return ops
+
+
+def test_small_gradients_are_checked_with_one_reduction_per_dtype():
+    grads = ([tf.TensorSpec([7, 3])] * 150 + [tf.TensorSpec([5])] * 150
+             + [tf.TensorSpec([4], tf.float64)] * 20)
+    ops = _graph_ops(lambda *g: finite.unscale_and_check(g, 8.0), *grads)
+    # One bucket per dtype: a concat, a multiply and a sum each (plus the
+    # exact fallback's reductions, which only run on a non-finite sum).
+    assert ops.count("ConcatV2") == 2
+    assert ops.count("Mul") == 2
+    assert ops.count("Sum") == 2
+
+
+def test_large_gradients_are_not_copied():
+    grads = [tf.TensorSpec([LARGE])] * 3
+    ops = _graph_ops(lambda *g: finite.unscale_and_check(g, 8.0), *grads)
+    assert "ConcatV2" not in ops
+    assert ops.count("Mul") == 3
+
+
+def test_back_end_follows_the_device_of_the_gradients():
+    def traced(device, jit=None):
+        def fn():
+            with tf.device(device):
+                grads = [tf.ones([4]) for _ in range(3)]
+            return finite.unscale_and_check(grads, 2.0, jit_compile=jit)
+        return [op.type for op in tf.function(fn).get_concrete_function()
+                .graph.get_operations()]
+
+    calls = ("PartitionedCall", "StatefulPartitionedCall")
+    assert not any(t in calls for t in traced("/CPU:0"))
+    assert any(t in calls for t in traced("/GPU:0"))
+    assert any(t in calls for t in traced("/CPU:0", jit=True))
+
+
+def _xla_fusions(count, size):
+    # The kernel unscale_and_check(jit_compile=True) runs for one bucket of
+    # `count` float32 gradients of `size` elements (no large ones).
+    bucket = [[tf.ones([size]) for _ in range(count)]]
+    hlo = finite._xla_unscale_and_check.experimental_get_compiler_ir(
+        bucket, [], tf.constant(0.5))(stage="optimized_hlo")
+    return len(re.findall(r"= \S+ fusion\(", hlo))
+
+
+def test_xla_fusion_count_does_not_grow_with_the_number_of_gradients():
+    # Same bytes in 10 and in 100 tensors. (XLA's CPU tree reduction adds a
+    # stage as the element count grows by 32x; that is bytes, not tensors.)
+    assert _xla_fusions(10, 10000) == _xla_fusions(100, 1000) <= 6
+
+
+def test_replicas_agree_when_only_one_sees_a_nan(mirrored_strategy):
+    def step():
+        ctx = tf.distribute.get_replica_context()
+        bad = tf.equal(ctx.replica_id_in_sync_group, 1)
+        grad = tf.where(bad, np.nan, 1.0) * tf.ones([3])
+        _, ok = finite.unscale_and_check([grad], 2.0)
+        return ok, finite.agree_across_replicas(ok)
+
+    own, agreed = mirrored_strategy.run(tf.function(step))
+    assert [bool(v) for v in mirrored_strategy.experimental_local_results(
+        own)] == [True, False]
+    assert [bool(v) for v in mirrored_strategy.experimental_local_results(
+        agreed)] == [False, False]
