@@ -492,3 +492,24 @@ def test_fit_under_mixed_float16_skips_overflows_and_counts_every_step(
     assert backoffs + int(opt.dynamic_counter) == 16
     assert all(np.isfinite(w).all() for w in model.get_weights())
     assert np.isfinite(history.history["loss"][-1])
+
+
+@pytest.mark.parametrize("kind", ["ours", "keras"])
+def test_learning_rate_schedule_stays_aligned_with_steps(kind):
+    """A skipped step still counts, so the schedule sees the real step."""
+    schedule = keras.optimizers.schedules.PiecewiseConstantDecay(
+        [0], [1.0, 0.125])  # 1.0 at iterations 0, 0.125 from 1 on.
+    inner = keras.optimizers.SGD(schedule)
+    if kind == "ours":
+        opt = tf_lossscale.LossScaleOptimizer(inner, initial_scale=4)
+    else:
+        opt = keras.mixed_precision.LossScaleOptimizer(inner, initial_scale=4)
+    var = keras.Variable([0.0])
+    opt.apply_gradients([(tf.constant([np.nan]), var)])  # Step 1: skipped.
+    opt.apply_gradients([(tf.constant([2.0]), var)])  # Step 2: unscaled 1.
+    if kind == "ours":
+        np.testing.assert_array_equal(var, [-0.125])
+        assert int(opt.iterations) == 2
+    else:  # Keras 3.15 did not count the skipped step: a step-1 rate.
+        np.testing.assert_array_equal(var, [-1.0])
+        assert int(opt.iterations) == 1

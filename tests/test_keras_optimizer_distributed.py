@@ -78,7 +78,8 @@ def test_nan_on_one_replica_skips_every_replica_where_keras_lets_it_in(
     np.testing.assert_array_equal(_replica_values(ours_var), before[0])
     np.testing.assert_array_equal(_momentum(ours), before[1])
     assert float(ours.loss_scale) == 4.0
-    assert int(ours.dynamic_counter.numpy()) == 0
+    assert _replica_values(ours.dynamic_scale) == [4.0, 4.0]
+    assert _replica_values(ours.step_counter) == [0, 0]
     assert int(ours.iterations.numpy()) == 2
     # Keras 3.15's own optimizer trusts replica 0's verdict: the NaN of
     # replica 1 reaches the weights through the gradient all-reduce, and
@@ -107,6 +108,36 @@ def test_both_flows_apply_once_unscaled_and_skip_together(
     np.testing.assert_allclose(_replica_values(var), [[0.0, 0.0]] * 2,
                                atol=1e-6)
     assert (float(opt.loss_scale), int(opt.iterations.numpy())) == (4.0, 3)
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_documented_flow_with_a_collective_between_unscale_and_apply(
+        mirrored_strategy, mode):
+    """Each replica's thread keeps its own "already unscaled" mark.
+
+    The all-reduce between `get_unscaled_gradients` and `apply_gradients`
+    (a global-norm clip, as is common) lets the other replica run its
+    `get_unscaled_gradients` before this one applies.
+    """
+    var, opt = _build(mirrored_strategy, "ours")
+
+    def replica_step():
+        ctx = tf.distribute.get_replica_context()
+        with tf.GradientTape() as tape:
+            loss = opt.get_scaled_loss(tf.reduce_sum(var * var))
+        grads = opt.get_unscaled_gradients(tape.gradient(loss, [var]))
+        squares = ctx.all_reduce(tf.distribute.ReduceOp.SUM,
+                                 tf.reduce_sum(grads[0] ** 2))
+        grads, _ = tf.clip_by_global_norm(grads, 100.0,
+                                          use_norm=tf.sqrt(squares))
+        opt.apply_gradients(zip(grads, [var]))
+
+    step = lambda: mirrored_strategy.run(replica_step)  # noqa: E731
+    if mode == "function":
+        step = tf.function(step)
+    step()
+    np.testing.assert_allclose(_replica_values(var), [[0.6, 1.2]] * 2,
+                               rtol=1e-6)
 
 
 def test_apply_in_a_cross_replica_context_raises_and_changes_nothing(
