@@ -3,6 +3,8 @@
 Runs under TF_USE_LEGACY_KERAS=1 (see tests/test_tf_keras_optimizer.py).
 """
 
+import pathlib
+import re
 import warnings
 
 import numpy as np
@@ -363,3 +365,20 @@ def test_tf_2_3_config_of_a_legacy_inner_raises_type_error():
         "nesterov": False}}, "loss_scale": "dynamic"}
     with pytest.raises(TypeError, match="legacy"):
         tf_keras_optimizer.TfKerasLossScaleOptimizer.from_config(config)
+
+
+# README.
+
+
+def test_readme_tf_keras_example_runs_as_written(mixed_float16):
+    readme = (pathlib.Path(__file__).resolve().parents[2] / "README.md")
+    section = readme.read_text().split("<!-- section:tf_keras -->", 1)[1]
+    section = section.split("<!-- section:", 1)[0]
+    (code,) = re.findall(r"```python\n(.*?)```", section, re.S)
+    namespace = {}
+    exec(compile(code, "README.md:tf_keras", "exec"), namespace)
+    opt = namespace["opt"]
+    assert type(opt).__name__ == "TfKerasLossScaleOptimizer"
+    assert namespace["model"].optimizer is opt
+    assert int(opt.iterations) == 9
+    assert 1.0 <= float(opt.loss_scale) <= 2.0**15
