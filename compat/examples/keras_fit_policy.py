@@ -1,0 +1,38 @@
+"""Keras `fit` under a mixed precision policy, as in the TF 2.1-2.3 guide.
+
+`model.compile` wraps the optimizer in a LossScaleOptimizer with the
+policy's loss scale (dynamic for 'mixed_float16').
+"""
+import random
+
+import numpy as np
+import tensorflow as tf
+from tensorflow import keras
+from tensorflow.keras import layers
+from tensorflow.keras.mixed_precision import experimental as mixed_precision
+
+random.seed(0)  # Keras draws its initializer seeds from Python's random.
+np.random.seed(0)
+tf.random.set_seed(0)
+policy = mixed_precision.Policy('mixed_float16')
+mixed_precision.set_policy(policy)
+print('Compute dtype: %s' % policy.compute_dtype)
+print('Variable dtype: %s' % policy.variable_dtype)
+
+inputs = keras.Input(shape=(8,), name='features')
+x = layers.Dense(32, activation='relu', name='dense_1')(inputs)
+x = layers.Dense(1, name='dense_logits')(x)
+# The output layer computes in float32 for numeric stability.
+outputs = layers.Activation('linear', dtype='float32', name='predictions')(x)
+model = keras.Model(inputs=inputs, outputs=outputs)
+model.compile(loss='mse', optimizer=keras.optimizers.SGD(learning_rate=0.05))
+
+rng = np.random.RandomState(0)
+x_train = rng.randn(512, 8).astype('float32')
+y_train = x_train @ rng.randn(8, 1).astype('float32')
+initial_loss = model.evaluate(x_train, y_train, batch_size=512, verbose=0)
+history = model.fit(x_train, y_train, batch_size=64, epochs=8, verbose=0)
+opt_class = type(model.optimizer)
+print('optimizer: %s.%s' % (opt_class.__module__, opt_class.__name__))
+print('initial loss %.5f' % initial_loss)
+print('final loss %.5f' % history.history['loss'][-1])

@@ -1,0 +1,36 @@
+"""A TF1 graph trained in a Session with MixedPrecisionLossScaleOptimizer.
+
+The forward pass runs in float16; the optimizer scales the loss, unscales
+the gradients and skips the steps whose gradients overflow.
+"""
+import numpy as np
+import tensorflow.compat.v1 as tf
+
+tf.disable_eager_execution()
+tf.set_random_seed(0)
+
+rng = np.random.RandomState(0)
+x_data = rng.randn(256, 4).astype(np.float32)
+y_data = (x_data @ rng.randn(4, 1) * 3.0).astype(np.float32)
+
+x = tf.placeholder(tf.float32, [None, 4])
+y = tf.placeholder(tf.float32, [None, 1])
+w = tf.get_variable('w', [4, 1], initializer=tf.zeros_initializer())
+predictions = tf.matmul(tf.cast(x, tf.float16), tf.cast(w, tf.float16))
+loss = tf.reduce_mean(tf.square(tf.cast(predictions, tf.float32) - y))
+
+opt = tf.train.GradientDescentOptimizer(0.1)
+opt = tf.train.experimental.MixedPrecisionLossScaleOptimizer(
+    opt, loss_scale=tf.train.experimental.DynamicLossScale(
+        initial_loss_scale=2**15, increment_period=50))
+train_op = opt.minimize(loss)
+
+with tf.Session() as sess:
+  sess.run(tf.global_variables_initializer())
+  feed = {x: x_data, y: y_data}
+  initial_loss = sess.run(loss, feed)
+  for _ in range(60):
+    sess.run(train_op, feed)
+  print('optimizer: %s.%s' % (type(opt).__module__, type(opt).__name__))
+  print('initial loss %.5f' % initial_loss)
+  print('final loss %.5f' % sess.run(loss, feed))
