@@ -125,6 +125,16 @@ def _fixed_args(loss_scale_value: Any) -> Dict[str, Any]:
     return table.fixed_args(loss_scale_value)
 
 
+def _separated(args: List[cst.Arg], separator: Any,
+               last: Any) -> List[cst.Arg]:
+    """`args` with the call's own separator between them (one per line if
+    its arguments were) and its own trailing comma, or none, at the end."""
+    if not isinstance(separator, cst.Comma):
+        separator = cst.MaybeSentinel.DEFAULT
+    return [arg.with_changes(comma=separator if i < len(args) - 1 else last)
+            for i, arg in enumerate(args)]
+
+
 def _dotted(name: str) -> cst.BaseExpression:
     return cst.parse_expression(name)
 
@@ -276,12 +286,13 @@ class _Rewriter(cst.CSTTransformer):
             arg = updated.args[bound["optimizer"]]
             if arg.keyword:
                 arg = arg.with_changes(keyword=cst.Name("inner_optimizer"))
-            args.append(arg.with_changes(comma=cst.MaybeSentinel.DEFAULT))
+            args.append(arg)
         if "loss_scale" in bound:
             i = bound["loss_scale"]
             args += self._loss_scale_args(original.args[i].value,
                                           updated.args[i].value)
-        return updated.with_changes(args=args)
+        return updated.with_changes(args=_separated(
+            args, updated.args[0].comma, updated.args[-1].comma))
 
     def _loss_scale_args(self, original: cst.BaseExpression,
                          updated: cst.BaseExpression) -> List[cst.Arg]:
