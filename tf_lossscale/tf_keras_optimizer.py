@@ -87,6 +87,13 @@ def _check_inner(inner_optimizer: Any) -> None:
             f"checkpoint. Got {inner_optimizer!r}; wrap a new optimizer.")
 
 
+class _CallableList(list):
+    """A list that calling returns: tf_keras' `variables` is read both ways."""
+
+    def __call__(self) -> "_CallableList":
+        return self
+
+
 class LossScaleState(tf.Module):
     """The dynamic loss scale's variables, under TensorFlow's checkpoint keys.
 
@@ -171,7 +178,8 @@ class TfKerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
         with tf_keras' own wrapper (which saves only the inner optimizer's)
         load too.
         """
-        return list(self.inner_optimizer.variables) + self._scale_variables()
+        return _CallableList(
+            list(self.inner_optimizer.variables) + self._scale_variables())
 
     def _scale_variables(self) -> List[tf.Variable]:
         if not self.dynamic:

@@ -113,6 +113,16 @@ def test_bad_arguments_raise_and_leave_the_inner_wrappable(kwargs, error,
     assert _lso(inner).inner_optimizer is inner
 
 
+def test_variables_are_the_inner_ones_then_scale_and_counter():
+    var = tf.Variable([1.0])
+    opt = _lso(tf_keras.optimizers.SGD(momentum=0.9))
+    opt.build([var])
+    inner = list(opt.inner_optimizer.variables)
+    assert len(inner) == 2  # iterations and the momentum slot.
+    assert opt.variables == inner + [opt.dynamic_scale, opt.step_counter]
+    assert opt.variables() == opt.variables  # tf_keras' callable spelling.
+
+
 def test_hyperparameters_read_and_write_through_to_the_inner():
     inner = tf_keras.optimizers.SGD(0.5, momentum=0.9)
     opt = _lso(inner)
