@@ -70,6 +70,35 @@ def _reject_legacy_family(inner_optimizer: Any) -> None:
             inner=inner_optimizer, type=_type_name(inner_optimizer)))
 
 
+def _current_family_config(config: Dict[str, Any]) -> Dict[str, Any]:
+    """An optimizer config from before tf_keras 2.11, for today's family.
+
+    Configs written before the current family existed (TF <= 2.10, such as
+    the `optimizer` entry of a TF 2.3 LossScaleOptimizer config) carry
+    neither an `is_legacy_optimizer` key nor a `module`, and tf_keras would
+    load them as legacy optimizers. (Today's legacy optimizers write
+    `module: keras.optimizers.legacy`; those stay legacy.) They name the same optimizer with the same arguments in the
+    current family, except `decay`, which it lacks: 0 (the default) is
+    dropped, anything else cannot be converted. Any other config is
+    returned as it is.
+
+    Raises:
+      ValueError: the config has a non-zero `decay`.
+    """
+    args = config.get("config")
+    if not isinstance(args, dict) or not args or (
+            "is_legacy_optimizer" in args or "module" in config):
+        return config
+    decay = args.pop("decay", 0.0)
+    if decay != 0:
+        raise ValueError(
+            "The inner optimizer config predates tf_keras' current "
+            f"optimizers and has decay={decay!r}, which they lack; got "
+            f"{config!r}. Use a LearningRateSchedule instead of decay.")
+    args["is_legacy_optimizer"] = False
+    return config
+
+
 def _check_inner(inner_optimizer: Any) -> None:
     """Raises unless `inner_optimizer` is a plain, unwrapped tf_keras one."""
     optimizer_lib.reject_loss_scale_optimizer(inner_optimizer)
@@ -328,7 +357,8 @@ class TfKerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
         # tf_keras' deserialize edits the config it is given (it lowercases
         # class names): hand it a copy, so the caller's config stays.
         return tf_keras.optimizers.deserialize(
-            copy.deepcopy(config), custom_objects=custom_objects)
+            _current_family_config(copy.deepcopy(config)),
+            custom_objects=custom_objects)
 
 
 for _name in HYPERPARAMETERS:

@@ -368,13 +368,34 @@ def test_tf_2_3_config_with_loss_scale_loads(loss_scale, settings):
     assert opt.get_config()["inner_optimizer"] == inner
 
 
-def test_tf_2_3_config_of_a_legacy_inner_raises_type_error():
-    """TF 2.3 wrote OptimizerV2 configs, which tf_keras loads as legacy."""
-    config = {"optimizer": {"class_name": "SGD", "config": {
-        "name": "SGD", "learning_rate": 0.01, "decay": 0.0, "momentum": 0.0,
-        "nesterov": False}}, "loss_scale": "dynamic"}
+def _tf_2_3_config(**sgd):
+    """A LossScaleOptimizer config as TF 2.3 wrote it (OptimizerV2 inner)."""
+    return {"optimizer": {"class_name": "SGD", "config": {
+        "name": "SGD", "learning_rate": 0.5, "decay": 0.0, "momentum": 0.9,
+        "nesterov": False, **sgd}}, "loss_scale": "dynamic"}
+
+
+def test_tf_2_3_config_loads_its_inner_in_the_current_family():
+    opt = tf_keras_optimizer.TfKerasLossScaleOptimizer.from_config(
+        _tf_2_3_config())
+    inner = opt.inner_optimizer
+    assert type(inner) is tf_keras.optimizers.SGD
+    assert (float(inner.learning_rate), inner.momentum) == (0.5, 0.9)
+    assert (opt.dynamic, opt.initial_scale) == (True, 32768.0)
+
+
+def test_tf_2_3_config_with_decay_raises_value_error():
+    with pytest.raises(ValueError, match="decay=0.01"):
+        tf_keras_optimizer.TfKerasLossScaleOptimizer.from_config(
+            _tf_2_3_config(decay=0.01))
+
+
+def test_config_of_a_legacy_family_inner_raises_type_error():
+    inner = tf_keras.optimizers.serialize(tf_keras.optimizers.legacy.SGD())
     with pytest.raises(TypeError, match="legacy"):
-        tf_keras_optimizer.TfKerasLossScaleOptimizer.from_config(config)
+        tf_keras_optimizer.TfKerasLossScaleOptimizer.from_config(
+            {"inner_optimizer": inner, "dynamic": True,
+             "initial_scale": 2.0, "dynamic_growth_steps": 5})
 
 
 # README.
