@@ -323,6 +323,19 @@ def test_all_none_gradients_raise_and_change_nothing():
     assert float(opt.loss_scale) == 2.0
 
 
+@pytest.mark.parametrize("grad", [[1.0], [np.nan]], ids=["finite", "nan"])
+def test_unknown_variable_raises_and_changes_nothing(grad):
+    known, stranger = keras.Variable([1.0]), keras.Variable([1.0])
+    opt = tf_lossscale.LossScaleOptimizer(
+        keras.optimizers.SGD(1.0), initial_scale=2)
+    opt.build([known])
+    with pytest.raises(ValueError, match="Unknown variable"):
+        opt.apply_gradients([(tf.constant(grad), stranger)])
+    assert (float(opt.loss_scale), int(opt.dynamic_counter)) == (2.0, 0)
+    assert int(opt.iterations) == 0
+    assert float(stranger[0]) == 1.0
+
+
 def test_fixed_scale_always_applies_even_non_finite_gradients():
     var = keras.Variable([1.0, 2.0])
     opt = tf_lossscale.LossScaleOptimizer(

@@ -9,7 +9,7 @@ from tf_lossscale.keras_optimizer import KerasLossScaleOptimizer
 
 
 def _trained_model():
-    """A mixed_float16 model fitted a few steps; the scale moved off its start."""
+    """A mixed_float16 model fitted 5 steps; the scale moved off its start."""
     keras.mixed_precision.set_global_policy("mixed_float16")
     try:
         model = keras.Sequential([

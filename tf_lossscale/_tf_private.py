@@ -82,3 +82,15 @@ def is_wrapped_by_loss_scale_optimizer(optimizer) -> bool:
 def mark_wrapped_by_loss_scale_optimizer(optimizer) -> None:
     """Marks `optimizer` as wrapped, as tf_keras' LossScaleOptimizer does."""
     setattr(optimizer, _WRAPPED_MARK, True)
+
+
+def keras_check_variables_are_known(optimizer, variables) -> None:
+    """Raises `ValueError` if a Keras 3 optimizer was not built on `variables`.
+
+    The Keras `LossScaleOptimizer` checks this before its step changes any
+    state (an eager step would otherwise have moved the loss scale before
+    the inner optimizer raised). Keras' own check, `_check_variables_are_known`,
+    knows how to key distributed and Keras variables; it has no public
+    spelling.
+    """
+    optimizer._check_variables_are_known(variables)

@@ -89,9 +89,9 @@ class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
             self.step_counter = self.add_variable(
                 shape=(), dtype="int64", initializer="zeros",
                 aggregation="none", name="step_counter")
+            initial = keras.initializers.Constant(settings.initial_scale)
             self.dynamic_scale = self.add_variable(
-                shape=(), dtype="float32",
-                initializer=keras.initializers.Constant(settings.initial_scale),
+                shape=(), dtype="float32", initializer=initial,
                 aggregation="none", name="dynamic_scale")
 
     def build(self, var_list: List[Any]) -> None:
@@ -131,17 +131,19 @@ class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
 
         Raises:
           ValueError: called in a cross-replica context, unbuilt without
-            variables, gradients and variables of different lengths, or no
-            gradient at all. Nothing changes then.
+            variables, gradients and variables of different lengths, no
+            gradient at all, or variables it was not built with. Nothing
+            changes then.
         """
         grads = list(grads)
         if not grads:
             self._unscaled_marks.take()
             return
         variables = self._variables_for(grads, trainable_variables)
-        already_unscaled = self._unscaled_marks.take()
         if not self.built:
             self.build(variables)
+        _tf_private.keras_check_variables_are_known(self, variables)
+        already_unscaled = self._unscaled_marks.take()
         self._loss_scaled_apply(grads, variables, already_unscaled)
 
     def _variables_for(self, grads: List[Any],
@@ -181,7 +183,7 @@ class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
 
     def minimize(self, loss: optimizer_lib.Loss, var_list: List[Any],
                  tape: Optional[tf.GradientTape] = None) -> Any:
-        """Scales `loss`, differentiates, unscales and applies; TF's `minimize`.
+        """TensorFlow's `minimize`: scale, differentiate, unscale, apply.
 
         Args:
           loss: a callable returning the loss, or a loss tensor computed

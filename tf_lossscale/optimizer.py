@@ -168,7 +168,7 @@ class UnscaledMarks:
 
 
 class InnerAttribute:
-    """A hyperparameter of the LossScaleOptimizer read and written on its inner.
+    """A hyperparameter of the LossScaleOptimizer, kept on its inner optimizer.
 
     An explicit, named property (as Keras writes `learning_rate`), declared
     once per name: `momentum = InnerAttribute("momentum")`. Until the
@@ -200,8 +200,8 @@ class InnerAttribute:
             return
         if not hasattr(inner, self._name):
             raise AttributeError(
-                f"Cannot set {self._name!r} on {type(obj).__name__}: its inner "
-                f"optimizer {type(inner).__name__} has no such "
+                f"Cannot set {self._name!r} on {type(obj).__name__}: its "
+                f"inner optimizer {type(inner).__name__} has no such "
                 "hyperparameter.")
         setattr(inner, self._name, value)
 
@@ -405,10 +405,11 @@ class LossScaleOptimizer:
             unscaled, finite = finite_lib.unscale_and_check(
                 grads, self.loss_scale)
         finite = finite_lib.agree_across_replicas(finite)
-        self._advance_scale(finite)
         apply_or_skip(finite, unscaled,
                       lambda g: self._apply_inner(g, variables),
                       self._skip_inner)
+        # Last, so that an inner optimizer that raises leaves it unchanged.
+        self._advance_scale(finite)
 
     def _advance_scale(self, finite: tf.Tensor) -> None:
         """Assigns the scale and counter that follow a step (`next_state`).
