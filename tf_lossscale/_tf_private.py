@@ -13,7 +13,8 @@ import tensorflow as tf
 Trackable = tf.__internal__.tracking.Trackable
 
 __all__ = ["DelegatingTrackableMixin", "Trackable",
-           "is_wrapped_by_loss_scale_optimizer", "keras_iterations_variable",
+           "is_wrapped_by_loss_scale_optimizer",
+           "keras_check_variables_are_known", "keras_iterations_variable",
            "mark_wrapped_by_loss_scale_optimizer",
            "no_automatic_dependency_tracking",
            "strategy_supports_no_merge_call", "track_child"]
@@ -89,8 +90,8 @@ def keras_check_variables_are_known(optimizer, variables) -> None:
 
     The Keras `LossScaleOptimizer` checks this before its step changes any
     state (an eager step would otherwise have moved the loss scale before
-    the inner optimizer raised). Keras' own check, `_check_variables_are_known`,
-    knows how to key distributed and Keras variables; it has no public
-    spelling.
+    the inner optimizer raised). Keras' own check (`_check_variables_are_
+    known`) knows how to key distributed and Keras variables; it has no
+    public spelling.
     """
     optimizer._check_variables_are_known(variables)
