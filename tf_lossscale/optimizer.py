@@ -282,6 +282,14 @@ class LossScaleOptimizer:
     them. The decision is made in Python when the step runs eagerly or is
     traced, so it costs nothing per step inside a `tf.function`.
 
+    Args:
+      inner_optimizer: the optimizer to wrap (not a LossScaleOptimizer).
+      dynamic: True for dynamic loss scaling, False for a fixed scale.
+      initial_scale: the first scale: a finite number > 0, default 2**15,
+        when dynamic; the fixed scale, a number >= 1 and required, when not.
+      dynamic_growth_steps: an int >= 1, default 2000, when dynamic; must
+        be None when not.
+
     Raises:
       TypeError: `inner_optimizer` is not an optimizer of a supported Keras,
         or is a LossScaleOptimizer; `dynamic` is not a bool.
@@ -340,13 +348,16 @@ class LossScaleOptimizer:
         return self._settings.dynamic_growth_steps
 
     @property
-    def dynamic_counter(self) -> Optional[Any]:
-        """The int64 variable counting finite steps since the scale changed.
+    def dynamic_counter(self) -> Optional[tf.Tensor]:
+        """Finite steps since the scale last changed, an int64 scalar tensor.
 
         None if not dynamic. It restarts at 0 when the scale doubles and when
-        a step is skipped.
+        a step is skipped. (A tensor, like `loss_scale`: `int()` of it works
+        under any strategy, which a distributed variable's does not.)
         """
-        return self.step_counter if self.dynamic else None
+        if not self.dynamic:
+            return None
+        return tf.convert_to_tensor(self.step_counter)
 
     @property
     def loss_scale(self) -> tf.Tensor:
