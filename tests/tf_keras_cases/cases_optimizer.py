@@ -244,6 +244,35 @@ def test_scale_never_grows_to_a_non_finite_value():
     assert float(opt.loss_scale) == 2.0**127
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_sparse_gradients_are_applied_and_checked(mode):
+    var = tf.Variable(tf.ones([4, 2]))
+    opt = _lso(tf_keras.optimizers.SGD(0.5), initial_scale=4.0)
+    step = _runner(mode, lambda g: opt.apply_gradients([(g, var)]))
+
+    def rows(values, row):
+        return tf.IndexedSlices(tf.constant(values), tf.constant([row]),
+                                tf.constant([4, 2]))
+
+    step(rows([[4.0, 8.0]], 1))  # Scaled by 4: unscaled [1, 2].
+    step(rows([[np.nan, 4.0]], 2))
+    np.testing.assert_array_equal(
+        var.numpy(), [[1, 1], [0.5, 0], [1, 1], [1, 1]])
+    assert (float(opt.loss_scale), int(opt.iterations)) == (2.0, 2)
+
+
+def test_learning_rate_schedule_follows_iterations_across_skips():
+    schedule = tf_keras.optimizers.schedules.PiecewiseConstantDecay(
+        [1], [0.5, 0.25])  # 0.5 for iterations 0-1, then 0.25.
+    var = tf.Variable([1.0])
+    opt = _lso(tf_keras.optimizers.SGD(schedule), initial_scale=1.0)
+    step = tf.function(lambda g: opt.apply_gradients([(g, var)]))
+    step(tf.constant([np.nan]))  # Skipped: iterations 0 -> 1.
+    step(tf.constant([1.0]))  # Iteration 1: lr 0.5.
+    step(tf.constant([1.0]))  # Iteration 2: lr 0.25.
+    np.testing.assert_array_equal(var.numpy(), [0.25])
+
+
 def test_all_none_gradients_raise_and_change_nothing():
     var = tf.Variable([1.0])
     opt = _lso()
