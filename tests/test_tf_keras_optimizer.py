@@ -32,7 +32,8 @@ def test_tf_keras_cases_pass_under_legacy_keras(module):
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     output = result.stdout + result.stderr
     assert result.returncode == 0, (
-        f"{module.name} failed under TF_USE_LEGACY_KERAS=1:\n{output[-20000:]}")
+        f"{module.name} failed under TF_USE_LEGACY_KERAS=1:\n"
+        f"{output[-20000:]}")
     summary = re.search(r"(\d+) passed", output)
     assert summary and int(summary.group(1)) > 0, output[-5000:]
     assert not re.search(r"\d+ (skipped|xfailed|failed|error)", output), (

@@ -77,10 +77,10 @@ def _current_family_config(config: Dict[str, Any]) -> Dict[str, Any]:
     the `optimizer` entry of a TF 2.3 LossScaleOptimizer config) carry
     neither an `is_legacy_optimizer` key nor a `module`, and tf_keras would
     load them as legacy optimizers. (Today's legacy optimizers write
-    `module: keras.optimizers.legacy`; those stay legacy.) They name the same optimizer with the same arguments in the
-    current family, except `decay`, which it lacks: 0 (the default) is
-    dropped, anything else cannot be converted. Any other config is
-    returned as it is.
+    `module: keras.optimizers.legacy`; those stay legacy.) They name the
+    same optimizer with the same arguments in the current family, except
+    `decay`, which it lacks: 0 (the default) is dropped, anything else
+    cannot be converted. Any other config is returned as it is.
 
     Raises:
       ValueError: the config has a non-zero `decay`.
@@ -321,7 +321,7 @@ class TfKerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
 
     def _checked_pairs(self, grads_and_vars: Iterable[Tuple[Any, Any]]
                        ) -> List[Tuple[Any, Any]]:
-        """The (gradient, variable) pairs with a gradient; raises on bad input."""
+        """The pairs that have a gradient; raises on bad input."""
         if tf.distribute.in_cross_replica_context():
             raise ValueError(
                 "LossScaleOptimizer.apply_gradients() must be called in a "
