@@ -53,10 +53,15 @@ BUCKET_MAX_ELEMENTS = 1 << 16
 _NARROW = (tf.float16, tf.bfloat16)
 _XLA_DEVICE_TYPES = ("GPU", "TPU")
 
+# The code has no data-dependent Python control flow (tf.cond is explicit):
+# letting AutoGraph convert it when a tf.function calls it only slows tracing.
+_not_converted = tf.autograph.experimental.do_not_convert
+
 # Dense values of the bucketed gradients by dtype, and of the large ones.
 _Units = Tuple[Dict[tf.DType, List[tf.Tensor]], List[tf.Tensor]]
 
 
+@_not_converted
 def unscale(grad: Optional[Any], inv_scale: tf.Tensor) -> Optional[Any]:
     """Multiplies one gradient by `inv_scale`, keeping None, sparsity, dtype.
 
@@ -74,6 +79,7 @@ def unscale(grad: Optional[Any], inv_scale: tf.Tensor) -> Optional[Any]:
     return grad * tf.cast(inv_scale, grad.dtype)
 
 
+@_not_converted
 def all_finite(grads: Any, *, jit_compile: Optional[bool] = None
                ) -> tf.Tensor:
     """Returns a scalar bool tensor: True iff no gradient holds NaN or +-Inf.
@@ -97,6 +103,7 @@ def all_finite(grads: Any, *, jit_compile: Optional[bool] = None
     return checks[0] if len(checks) == 1 else tf.logical_and(*checks)
 
 
+@_not_converted
 def unscale_and_check(
     grads: Sequence[Any], scale: Any, *, jit_compile: Optional[bool] = None
 ) -> Tuple[List[Any], tf.Tensor]:
@@ -139,6 +146,7 @@ def unscale_and_check(
     return unscaled, finite
 
 
+@_not_converted
 def agree_across_replicas(finite: tf.Tensor) -> tf.Tensor:
     """In a replica context, True iff `finite` holds on every replica.
 
@@ -158,6 +166,7 @@ def agree_across_replicas(finite: tf.Tensor) -> tf.Tensor:
     return tf.equal(votes, float(ctx.num_replicas_in_sync))
 
 
+@_not_converted
 def cross_replica_all_finite(grads: Any) -> tf.Tensor:
     """`all_finite` over every replica's gradients, from a cross-replica context.
 
@@ -238,7 +247,11 @@ def _split_for_backend(values: List[tf.Tensor], jit_compile: Optional[bool]
 # --- the work ---------------------------------------------------------------
 
 def _concat(parts: List[tf.Tensor]) -> tf.Tensor:
-    flat = [tf.reshape(p, [-1]) if p.shape.rank != 1 else p for p in parts]
+    """One flat tensor of `parts` (one shared shape constant: tracing a
+    constant per tensor costs more than the reshape itself)."""
+    flat_shape = tf.constant([-1])
+    flat = [p if p.shape.rank == 1 else tf.reshape(p, flat_shape)
+            for p in parts]
     return flat[0] if len(flat) == 1 else tf.concat(flat, axis=0)
 
 
@@ -291,12 +304,18 @@ def _collect(units: _Units, flats: List[tf.Tensor], larges: List[tf.Tensor],
              done: Dict[int, tf.Tensor]) -> None:
     """Maps each input value (by id) to its unscaled counterpart."""
     buckets, large = units
+    shapes: Dict[Tuple[int, ...], tf.Tensor] = {}
     for parts, flat in zip(buckets.values(), flats):
         pieces = ([flat] if len(parts) == 1 else
                   tf.split(flat, [p.shape.num_elements() for p in parts]))
         for part, piece in zip(parts, pieces):
-            done[id(part)] = (piece if part.shape.rank == 1
-                              else tf.reshape(piece, part.shape))
+            if part.shape.rank == 1:
+                done[id(part)] = piece
+                continue
+            key = tuple(part.shape.as_list())
+            if key not in shapes:
+                shapes[key] = tf.constant(key, tf.int32)
+            done[id(part)] = tf.reshape(piece, shapes[key])
     for v, u in zip(large, larges):
         done[id(v)] = u
 
