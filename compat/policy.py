@@ -21,6 +21,7 @@ import warnings
 from typing import Any, Optional, Union
 
 import keras
+import tensorflow as tf
 
 from tf_lossscale import config_conversion
 from tf_lossscale import loss_scale as loss_scale_lib
@@ -95,7 +96,16 @@ def set_policy(policy: Union[Policy, keras.DTypePolicy, str, None]) -> None:
 
     Raises:
       ValueError: `policy` is none of those (or not a policy name).
+      RuntimeError: `tf.keras` is tf_keras (TF_USE_LEGACY_KERAS=1), whose
+        layers would not see a Keras 3 policy.
     """
+    if tf.keras.mixed_precision.__name__.startswith("tf_keras"):
+        raise RuntimeError(
+            "tf_lossscale.compat's set_policy sets the Keras 3 policy, but "
+            "tf.keras is tf_keras here (TF_USE_LEGACY_KERAS=1), whose layers "
+            "would not see it. Use tf_keras.mixed_precision.set_global_policy"
+            "(name) and wrap the optimizer in tf_lossscale.LossScaleOptimizer "
+            "yourself.")
     if policy is None:
         policy = Policy(keras.config.floatx())
     elif isinstance(policy, str):
