@@ -123,6 +123,25 @@ def test_inconvertible_config_raises_value_error(config, match):
         tf_lossscale.LossScaleOptimizer.from_config(config)
 
 
+@pytest.mark.parametrize("config, error, match", [
+    ("not a config", ValueError, "takes a dict.*'not a config'"),
+    ({"dynamic": True}, ValueError, "needs an 'inner_optimizer' entry"),
+    ({"inner_optimizer": TF23_SGD, "bogus": 1}, TypeError, "'bogus'"),
+    ({"inner_optimizer": {"class_name": "NoSuchOptimizer", "config": {}}},
+     TypeError, "inner_optimizer must be .*'NoSuchOptimizer'"),
+], ids=["not_a_dict", "no_inner", "unknown_key", "unknown_inner"])
+@pytest.mark.filterwarnings("ignore:Argument `decay`:UserWarning")
+def test_malformed_config_raises_naming_what_is_wrong(config, error, match):
+    with pytest.raises(error, match=match):
+        tf_lossscale.LossScaleOptimizer.from_config(config)
+
+
+def test_keras_deserialize_of_a_truncated_config_names_the_missing_entry():
+    with pytest.raises(ValueError, match="'inner_optimizer'"):
+        keras.optimizers.deserialize(
+            {"class_name": "tf_lossscale>LossScaleOptimizer", "config": {}})
+
+
 @pytest.mark.parametrize("args", [
     {"dynamic": True, "initial_scale": 2048.0, "dynamic_growth_steps": 500},
     {"dynamic": False, "initial_scale": 3.0, "dynamic_growth_steps": None},

@@ -336,6 +336,27 @@ def test_unknown_variable_raises_and_changes_nothing(grad):
     assert float(stranger[0]) == 1.0
 
 
+@pytest.mark.parametrize("grad, error, match", [
+    (tf.constant([1.0, 1.0, 1.0]), ValueError, r"'var' has shape \(3,\)"),
+    (tf.constant([[1.0, 1.0]]), ValueError, r"\(1, 2\).*shape \(2,\)"),
+    (tf.constant([8, 8]), TypeError, "'var' has dtype int32"),
+    (tf.IndexedSlices(tf.constant([[8.0]]), tf.constant([0]),
+                      tf.constant([2, 1])), ValueError, r"shape \(1,\)"),
+], ids=["too_long", "extra_axis", "integer", "sparse_rows"])
+@pytest.mark.parametrize("mode", MODES)
+def test_gradient_that_does_not_fit_raises_and_changes_nothing(
+        grad, error, match, mode):
+    var = keras.Variable([1.0, 2.0], name="var")
+    opt = tf_lossscale.LossScaleOptimizer(
+        keras.optimizers.SGD(1.0, momentum=0.5), initial_scale=8)
+    opt.apply_gradients([(tf.constant([8.0, 8.0]), var)])
+    before = _snapshot([var] + opt.variables)
+    step = _runner(mode, lambda: opt.apply_gradients([(grad, var)]))
+    with pytest.raises(error, match=match):
+        step()
+    assert _snapshot([var] + opt.variables) == before
+
+
 def test_fixed_scale_always_applies_even_non_finite_gradients():
     var = keras.Variable([1.0, 2.0])
     opt = tf_lossscale.LossScaleOptimizer(

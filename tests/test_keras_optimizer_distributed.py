@@ -176,3 +176,34 @@ def test_fit_under_mirrored_strategy_trains_with_mixed_float16(
     assert float(opt.loss_scale) < 2.0**30  # Backed off from overflow.
     losses = history.history["loss"]
     assert losses[-1] < losses[0]
+
+
+def test_none_and_sparse_gradients_cross_the_replicas(mirrored_strategy):
+    with mirrored_strategy.scope():
+        dense, unused = keras.Variable([1.0, 2.0]), keras.Variable([1.0])
+        table = keras.Variable(np.ones((3, 2), "float32"))
+        opt = tf_lossscale.LossScaleOptimizer(
+            keras.optimizers.SGD(0.1), initial_scale=4.0)
+        opt.build([dense, unused, table])
+
+    def replica_step(poison):
+        replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+        value = tf.where(tf.logical_and(poison, tf.equal(replica, 1)),
+                         np.nan, 4.0)
+        rows = tf.IndexedSlices(value * tf.ones((1, 2)), tf.constant([1]),
+                                tf.constant([3, 2]))
+        opt.apply_gradients([(tf.constant([4.0, 4.0]), dense),
+                             (None, unused), (rows, table)])
+
+    step = tf.function(
+        lambda poison: mirrored_strategy.run(replica_step, args=(poison,)))
+    with pytest.warns(UserWarning, match="Gradients do not exist"):
+        step(tf.constant(False))
+    expected_table = [[1.0, 1.0], [0.8, 0.8], [1.0, 1.0]]
+    np.testing.assert_allclose(_replica_values(dense), [[0.8, 1.8]] * 2)
+    np.testing.assert_allclose(_replica_values(table), [expected_table] * 2)
+    step(tf.constant(True))  # NaN in replica 1's sparse rows only.
+    np.testing.assert_allclose(_replica_values(dense), [[0.8, 1.8]] * 2)
+    np.testing.assert_allclose(_replica_values(table), [expected_table] * 2)
+    np.testing.assert_array_equal(_replica_values(unused), [[1.0]] * 2)
+    assert float(opt.loss_scale) == 2.0

@@ -132,8 +132,9 @@ class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
         Raises:
           ValueError: called in a cross-replica context, unbuilt without
             variables, gradients and variables of different lengths, no
-            gradient at all, or variables it was not built with. Nothing
-            changes then.
+            gradient at all, a gradient of the wrong shape, or variables it
+            was not built with. Nothing changes then.
+          TypeError: a gradient is not floating point.
         """
         grads = list(grads)
         if not grads:
@@ -173,6 +174,7 @@ class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
             raise ValueError(
                 "No gradients provided for any variable: every gradient is "
                 f"None for {[getattr(v, 'path', v.name) for v in variables]}.")
+        optimizer_lib.check_gradients(grads, variables)
         return variables
 
     def stateless_apply(self, optimizer_variables, grads,

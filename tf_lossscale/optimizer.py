@@ -27,7 +27,8 @@ import dataclasses
 import sys
 import threading
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import (Any, Callable, Dict, List, Mapping, Optional, Sequence,
+                    Union)
 
 import tensorflow as tf
 
@@ -43,6 +44,7 @@ __all__ = [
     "Settings",
     "UnscaledMarks",
     "apply_or_skip",
+    "check_gradients",
     "check_settings",
     "reject_loss_scale_optimizer",
 ]
@@ -129,6 +131,47 @@ def reject_loss_scale_optimizer(inner_optimizer: Any) -> None:
             f"{type(inner_optimizer).__qualname__} "
             f"{getattr(inner_optimizer, 'name', '')!r}. Pass the optimizer "
             "it wraps (its `inner_optimizer`) instead.")
+
+
+def _variable_name(variable: Any) -> str:
+    return getattr(variable, "path", None) or variable.name
+
+
+def _shape_text(shape: tf.TensorShape) -> str:
+    return str(tuple(shape.as_list())) if shape.rank is not None else "?"
+
+
+def check_gradients(grads: Sequence[Any], variables: Sequence[Any]) -> None:
+    """Raises unless each gradient fits its variable (None is allowed).
+
+    A gradient must be floating point (the unscale would turn an integer
+    one into zeros) and have the variable's shape (for `tf.IndexedSlices`,
+    its rows must).
+
+    Raises:
+      TypeError: a gradient is not floating point.
+      ValueError: a gradient's shape does not fit its variable's.
+    """
+    for grad, variable in zip(grads, variables):
+        if grad is None:
+            continue
+        values = grad.values if isinstance(grad, tf.IndexedSlices) else grad
+        dtype = tf.as_dtype(values.dtype)
+        name = _variable_name(variable)
+        if not dtype.is_floating:
+            raise TypeError(
+                f"The gradient for variable {name!r} has dtype {dtype.name}; "
+                "gradients must be floating point (float16, bfloat16, "
+                "float32 or float64).")
+        shape = tf.TensorShape(values.shape)
+        expected = tf.TensorShape(variable.shape)
+        if isinstance(grad, tf.IndexedSlices):
+            shape, expected = shape[1:], expected[1:]
+        if not shape.is_compatible_with(expected):
+            raise ValueError(
+                f"The gradient for variable {name!r} has shape "
+                f"{_shape_text(shape)}, which does not fit the variable's "
+                f"shape {_shape_text(expected)}.")
 
 
 class UnscaledMarks:
@@ -398,10 +441,10 @@ class LossScaleOptimizer:
 
     def _loss_scaled_apply(self, grads: List[Any], variables: List[Any],
                            already_unscaled: bool) -> None:
-        """One step in a replica context: check, agree, update scale, apply.
+        """One step in a replica context: check, agree, apply or skip, rescale.
 
         A non-finite verdict (on any replica) skips the inner update and
-        only advances `iterations`; the scale and counter follow
+        only advances `iterations`; then the scale and counter follow
         `next_state`.
         """
         if not self.dynamic:
@@ -463,8 +506,23 @@ class LossScaleOptimizer:
         Also takes Keras 3's own LossScaleOptimizer configs and the TF <= 2.3
         experimental ones (`optimizer` and `loss_scale` entries), converted
         by `config_conversion.upgrade_optimizer_config`.
+
+        Raises:
+          ValueError: `config` is not a dict, has no inner optimizer, or
+            holds loss-scaling values that do not convert.
+          TypeError: the inner optimizer's config names no known optimizer,
+            or `config` holds an unknown key.
         """
+        if not isinstance(config, Mapping):
+            raise ValueError(
+                "from_config() takes a dict (what get_config() returns); "
+                f"got {config!r} of type {type(config).__name__}.")
         config = config_conversion.upgrade_optimizer_config(config)
+        if "inner_optimizer" not in config:
+            raise ValueError(
+                "A LossScaleOptimizer config needs an 'inner_optimizer' entry "
+                "(or TF <= 2.3's 'optimizer') holding the wrapped optimizer; "
+                f"got {config!r}.")
         inner = cls._deserialize_inner(
             config.pop("inner_optimizer"), custom_objects)
         return cls._from_current_args(inner, config)
@@ -492,5 +550,10 @@ class LossScaleOptimizer:
             return TfKerasLossScaleOptimizer._deserialize_inner(
                 config, custom_objects)
         import keras
-        return keras.optimizers.deserialize(
-            config, custom_objects=custom_objects)
+        try:
+            return keras.optimizers.deserialize(
+                config, custom_objects=custom_objects)
+        except (TypeError, ValueError) as e:
+            raise TypeError(
+                "inner_optimizer must be a Keras 3 optimizer or its config; "
+                f"Keras could not deserialize {config!r}: {e}") from e
