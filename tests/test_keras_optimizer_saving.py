@@ -115,3 +115,22 @@ def test_fixed_scale_checkpoint_round_trip(tmp_path):
     for mine, theirs in zip(opt2.inner_optimizer.variables,
                             opt.inner_optimizer.variables):
         np.testing.assert_array_equal(mine, theirs)
+
+
+def test_checkpoint_of_ours_restores_into_keras_own_optimizer(tmp_path):
+    var = keras.Variable([1.0, 2.0])
+    ours = tf_lossscale.LossScaleOptimizer(
+        keras.optimizers.Adam(0.1), initial_scale=64.0,
+        dynamic_growth_steps=10)
+    for grad in ([64.0, 64.0], [np.nan, 1.0]):
+        ours.apply_gradients([(tf.constant(grad), var)])
+    path = tf.train.Checkpoint(optimizer=ours).save(str(tmp_path / "o"))
+
+    theirs = keras.mixed_precision.LossScaleOptimizer(
+        keras.optimizers.Adam(0.1), initial_scale=64.0,
+        dynamic_growth_steps=10)
+    theirs.build([keras.Variable([1.0, 2.0])])
+    tf.train.Checkpoint(optimizer=theirs).restore(path).assert_consumed()
+    assert (float(theirs.dynamic_scale.numpy()),
+            int(theirs.step_counter.numpy())) == (32.0, 0)
+    assert int(theirs.iterations.numpy()) == 2
