@@ -24,6 +24,7 @@ import keras
 import tensorflow as tf
 
 from tf_lossscale import config_conversion
+from tf_lossscale import experimental
 from tf_lossscale import loss_scale as loss_scale_lib
 
 __all__ = ["Policy", "global_policy", "optimizer_for_compile", "set_policy"]
@@ -146,7 +147,6 @@ def optimizer_for_compile(policy: keras.DTypePolicy, optimizer: Any) -> Any:
     optimizer = keras.optimizers.get(optimizer)
     if isinstance(optimizer, keras.mixed_precision.LossScaleOptimizer):
         return optimizer
-    from tf_lossscale import experimental  # Not at import: it needs Keras.
     with warnings.catch_warnings():
         # TF 2.3's compile chose this class itself; the user did not.
         warnings.simplefilter("ignore", DeprecationWarning)
