@@ -108,7 +108,8 @@ def test_import_statements_of_legacy_modules_work_after_install():
         from tensorflow.mixed_precision.experimental import FixedLossScale
         import tensorflow as tf
         assert a is b is c.experimental is tf.keras.mixed_precision.experimental
-        assert a.LossScaleOptimizer is tf_lossscale.experimental.LossScaleOptimizer
+        experimental = tf_lossscale.experimental
+        assert a.LossScaleOptimizer is experimental.LossScaleOptimizer
         assert a.Policy is tf_lossscale.compat.Policy
         assert DynamicLossScale is tf_lossscale.DynamicLossScale
         assert FixedLossScale is tf_lossscale.FixedLossScale
@@ -270,7 +271,7 @@ sys.exit(int(sys.argv[2]))
 """
 FAILING = """\
 def train():
-    raise ValueError("the loss went to NaN")
+    raise {}
 
 train()
 """
@@ -299,10 +300,15 @@ def test_runner_gives_the_script_its_argv_name_and_exit_code(tmp_path):
     assert _run(["-m", "tf_lossscale.compat", *args], tmp_path) == direct
 
 
-def test_runner_prints_the_traceback_python_would(tmp_path):
-    (tmp_path / "failing.py").write_text(FAILING)
+@pytest.mark.parametrize("error,exit_code", [
+    ('ValueError("the loss went to NaN")', 1),
+    ("KeyboardInterrupt", -2),  # Python dies of SIGINT.
+], ids=["error", "interrupt"])
+def test_runner_prints_the_traceback_python_would(tmp_path, error,
+                                                  exit_code):
+    (tmp_path / "failing.py").write_text(FAILING.format(error))
     direct = _run(["failing.py"], tmp_path)
-    assert direct[0] == 1 and direct[2].startswith("Traceback")
+    assert direct[0] == exit_code and direct[2].startswith("Traceback")
     assert _run(["-m", "tf_lossscale.compat", "failing.py"], tmp_path) == (
         direct)
 

@@ -327,7 +327,7 @@ class _Rewriter(cst.CSTTransformer):
     def _constructor_args(self, original: cst.Call, updated: cst.Call,
                           params: Sequence[str], convert: Any,
                           dynamic: bool) -> List[cst.Arg]:
-        """Optimizer arguments for `FixedLossScale(...)`/`DynamicLossScale(...)`.
+        """Optimizer arguments for a `FixedLossScale`/`DynamicLossScale` call.
 
         The table's `convert` checks the arguments when all are literals;
         others are passed on under their new names and checked at run time.
