@@ -6,14 +6,19 @@ the kind of bad input, the call, the exception type and parts of the
 message. This module parses it, runs each call in a namespace of freshly
 made objects (the names README lists), and compares the bytes of every
 variable, the optimizers' configs and the global dtype policy before and
-after.
+after. Rows that use tf_keras run in one process of their own with
+TF_USE_LEGACY_KERAS=1: this file, run as a script, prints their outcomes.
 """
 
 import builtins
+import json
+import os
 import re
+import subprocess
+import sys
 import warnings
 from pathlib import Path
-from typing import Dict, List, NamedTuple
+from typing import Callable, Dict, List, NamedTuple
 
 import keras
 import numpy as np
@@ -67,6 +72,14 @@ def readme_rows() -> List[Row]:
 ROWS = readme_rows()
 
 
+def uses_tf_keras(row: Row) -> bool:
+    return bool(re.search(r"\btf_keras\.|\btk_", row.call))
+
+
+KERAS3_ROWS = [row for row in ROWS if not uses_tf_keras(row)]
+TF_KERAS_ROWS = [row for row in ROWS if uses_tf_keras(row)]
+
+
 def make_namespace(strategy) -> Dict[str, object]:
     """The objects README's calls use, made afresh for each row."""
     var = keras.Variable([1.0, 2.0], name="var")
@@ -92,22 +105,88 @@ def make_namespace(strategy) -> Dict[str, object]:
     }
 
 
-def snapshot(namespace) -> Dict[str, object]:
-    """Bytes of every variable reachable from the namespace, and configs."""
-    opt, keras_lso, dls = (namespace["opt"], namespace["keras_lso"],
-                           namespace["dls"])
-    variables = {
-        "var": namespace["var"], "other_var": namespace["other_var"],
-        "dls.scale": dls(), "dls.good_steps": dls.good_steps,
-        **{f"opt.{v.path}": v for v in opt.variables},
-        **{f"keras_lso.{v.path}": v for v in keras_lso.variables},
-        **{f"sgd.{v.path}": v for v in namespace["sgd"].variables},
+def make_tf_keras_namespace(strategy) -> Dict[str, object]:
+    """The tf_keras objects README's calls use (TF_USE_LEGACY_KERAS=1)."""
+    import tf_keras
+    tk_var = tf.Variable([1.0, 2.0], name="tk_var")
+    tk_opt = tf_lossscale.LossScaleOptimizer(
+        tf_keras.optimizers.SGD(0.1, momentum=0.9), initial_scale=8.0,
+        dynamic_growth_steps=2)
+    tk_opt.apply_gradients([(tf.constant([8.0, 8.0]), tk_var)])
+    tk_sgd = tf_keras.optimizers.SGD(0.1)
+    return {
+        "tf": tf, "tf_keras": tf_keras, "np": np,
+        "tf_lossscale": tf_lossscale, "nan": float("nan"),
+        "strategy": strategy, "tk_var": tk_var, "tk_opt": tk_opt,
+        "tk_sgd": tk_sgd,
+        "tk_sgd_config": tf_keras.optimizers.serialize(tk_sgd),
+        "tk_lso": tf_keras.mixed_precision.LossScaleOptimizer(
+            tf_keras.optimizers.SGD(0.1)),
     }
+
+
+def _variables(optimizer) -> list:
+    variables = optimizer.variables
+    return list(variables() if callable(variables) else variables)
+
+
+def _name(variable) -> str:
+    return getattr(variable, "path", None) or variable.name
+
+
+def snapshot(namespace) -> Dict[str, object]:
+    """Bytes of every variable reachable from the namespace, the configs of
+    the optimizers and loss scales, and the global dtype policy."""
+    variables, configs = {}, []
+    for key, value in sorted(namespace.items()):
+        if isinstance(value, tf.Variable) or isinstance(value,
+                                                       keras.Variable):
+            variables[key] = value
+        elif isinstance(value, tf_lossscale.DynamicLossScale):
+            variables[f"{key}.scale"] = value()
+            variables[f"{key}.good_steps"] = value.good_steps
+        elif hasattr(value, "get_config") and key not in ("tf", "keras"):
+            configs.append(repr(value.get_config()) if not isinstance(
+                value, tf.compat.v1.train.Optimizer) else key)
+            if hasattr(value, "variables") and not isinstance(
+                    value, tf.compat.v1.train.Optimizer):
+                for v in _variables(value):
+                    variables[f"{key}.{_name(v)}"] = v
     state = {name: np.asarray(v).tobytes() for name, v in variables.items()}
-    state["configs"] = repr([opt.get_config(), namespace["sgd"].get_config(),
-                             namespace["v1_opt"].loss_scale.get_config()])
+    state["configs"] = configs
+    state["v1_loss_scale"] = repr(
+        namespace["v1_opt"].loss_scale.get_config()
+        if "v1_opt" in namespace else None)
     state["policy"] = keras.mixed_precision.global_policy().name
     return state
+
+
+def outcome(row: Row, make: Callable[[], Dict[str, object]]) -> List[str]:
+    """Runs one row on fresh objects; returns what is wrong (nothing: [])."""
+    namespace = make()
+    before = snapshot(namespace)
+    error = None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            exec(row.call, namespace)  # noqa: S102 (README's own calls)
+        except Exception as e:  # noqa: BLE001 (any type is checked below)
+            error = e
+    if error is None:
+        return ["it raised nothing"]
+    after = snapshot(namespace)
+    problems = []
+    if type(error) is not getattr(builtins, row.raises):
+        problems.append(f"raised {type(error).__name__}, not {row.raises}")
+    missing = [f for f in row.fragments if f not in str(error)]
+    if missing:
+        problems.append(f"the message lacks {missing}")
+    changed = sorted(k for k in before if before[k] != after.get(k))
+    if changed:
+        problems.append(f"it changed {changed}")
+    if problems:
+        problems.append(f"the error: {type(error).__name__}: {error}")
+    return problems
 
 
 def test_table_covers_every_kind_of_bad_input():
@@ -119,26 +198,47 @@ def test_table_covers_every_kind_of_bad_input():
         assert row.fragments, row
 
 
-@pytest.mark.parametrize("row", ROWS, ids=[r.call for r in ROWS])
+@pytest.mark.parametrize("row", KERAS3_ROWS, ids=[r.call for r in KERAS3_ROWS])
 def test_bad_input_raises_the_documented_error_and_changes_nothing(
         row, mirrored_strategy):
-    namespace = make_namespace(mirrored_strategy)
-    before = snapshot(namespace)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        with pytest.raises(Exception) as raised:
-            exec(row.call, namespace)  # noqa: S102 (README's own calls)
-    error = raised.value
-    after = snapshot(namespace)
-    problems = []
-    if type(error) is not getattr(builtins, row.raises):
-        problems.append(f"raised {type(error).__name__}, not {row.raises}")
-    missing = [f for f in row.fragments if f not in str(error)]
-    if missing:
-        problems.append(f"the message lacks {missing}")
-    changed = sorted(k for k in before if before[k] != after.get(k))
-    if changed:
-        problems.append(f"it changed {changed}")
-    assert not problems, (
-        f"{row.call}: {'; '.join(problems)}. The error: "
-        f"{type(error).__name__}: {error}")
+    problems = outcome(row, lambda: make_namespace(mirrored_strategy))
+    assert not problems, f"{row.call}: " + "; ".join(problems)
+
+
+@pytest.fixture(scope="module")
+def tf_keras_outcomes() -> Dict[str, List[str]]:
+    """Outcomes of the tf_keras rows, from one TF_USE_LEGACY_KERAS=1 run."""
+    env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2")
+    result = subprocess.run([sys.executable, __file__], env=env,
+                            capture_output=True, text=True, timeout=300)
+    lines = [line for line in result.stdout.splitlines()
+             if line.startswith("OUTCOMES ")]
+    assert result.returncode == 0 and lines, (
+        result.stdout[-3000:] + result.stderr[-5000:])
+    return json.loads(lines[-1][len("OUTCOMES "):])
+
+
+@pytest.mark.parametrize("row", TF_KERAS_ROWS,
+                         ids=[r.call for r in TF_KERAS_ROWS])
+def test_tf_keras_bad_input_raises_the_documented_error_and_changes_nothing(
+        row, tf_keras_outcomes):
+    problems = tf_keras_outcomes[row.call]
+    assert not problems, f"{row.call}: " + "; ".join(problems)
+
+
+def _tf_keras_main() -> int:
+    """Runs the tf_keras rows here; prints {call: problems} as JSON."""
+    assert os.environ.get("TF_USE_LEGACY_KERAS") == "1"
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(
+        cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    outcomes = {row.call: outcome(
+        row, lambda: make_tf_keras_namespace(strategy))
+        for row in TF_KERAS_ROWS}
+    print("OUTCOMES " + json.dumps(outcomes), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_tf_keras_main())
