@@ -198,6 +198,19 @@ def test_table_covers_every_kind_of_bad_input():
         assert row.fragments, row
 
 
+def test_a_call_that_changes_state_before_raising_is_caught(
+        mirrored_strategy):
+    """The check itself can fail: a step, then an error, is reported."""
+    row = Row("meta", "opt.apply_gradients([(tf.constant([1.0, 1.0]), var)])"
+              "; dls.update([tf.constant(nan)]); raise ValueError('late')",
+              "ValueError", ["late"])
+    problems = outcome(row, lambda: make_namespace(mirrored_strategy))
+    assert len(problems) == 2 and problems[0].startswith("it changed"), (
+        problems)
+    for name in ("var", "dls.scale", "opt.keras_loss_scale_optimizer"):
+        assert name in problems[0], problems
+
+
 @pytest.mark.parametrize("row", KERAS3_ROWS, ids=[r.call for r in KERAS3_ROWS])
 def test_bad_input_raises_the_documented_error_and_changes_nothing(
         row, mirrored_strategy):
