@@ -151,12 +151,7 @@ class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
                        trainable_variables: Optional[Iterable[Any]]
                        ) -> List[Any]:
         """The variables the gradients belong to; raises on bad input."""
-        if tf.distribute.in_cross_replica_context():
-            raise ValueError(
-                "LossScaleOptimizer.apply_gradients() must be called in a "
-                "replica context (inside strategy.run), not in the "
-                f"cross-replica context of "
-                f"{type(tf.distribute.get_strategy()).__name__}.")
+        optimizer_lib.require_replica_context()
         if trainable_variables is None:
             if not self.built:
                 raise ValueError(

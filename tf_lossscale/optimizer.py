@@ -47,6 +47,7 @@ __all__ = [
     "check_gradients",
     "check_settings",
     "reject_loss_scale_optimizer",
+    "require_replica_context",
 ]
 
 # The optimizer's dynamic rule always doubles and halves.
@@ -134,11 +135,26 @@ def reject_loss_scale_optimizer(inner_optimizer: Any) -> None:
 
 
 def _variable_name(variable: Any) -> str:
-    return getattr(variable, "path", None) or variable.name
+    """Keras 3's path, or a tf.Variable's name without its ':0' output index."""
+    return getattr(variable, "path", None) or variable.name.rsplit(":", 1)[0]
 
 
 def _shape_text(shape: tf.TensorShape) -> str:
     return str(tuple(shape.as_list())) if shape.rank is not None else "?"
+
+
+def require_replica_context() -> None:
+    """Raises `ValueError` in a cross-replica context (outside `strategy.run`).
+
+    A step must run once per replica, where each replica votes on the
+    verdict; in the cross-replica context there is no replica to vote.
+    """
+    if tf.distribute.in_cross_replica_context():
+        raise ValueError(
+            "LossScaleOptimizer.apply_gradients() must be called in a "
+            "replica context (inside strategy.run), not in the "
+            "cross-replica context of "
+            f"{type(tf.distribute.get_strategy()).__name__}.")
 
 
 def check_gradients(grads: Sequence[Any], variables: Sequence[Any]) -> None:

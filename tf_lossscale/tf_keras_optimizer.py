@@ -295,8 +295,9 @@ class TfKerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
         `tf_lossscale.LossScaleOptimizer`. None gradients are left out.
 
         Raises:
-          ValueError: called in a cross-replica context, or every gradient
-            is None. Nothing changes then.
+          ValueError: called in a cross-replica context, every gradient is
+            None, or a gradient's shape does not fit its variable.
+          TypeError: a gradient is not floating point. Nothing changes then.
         """
         aggregate = (not skip_gradients_aggregation
                      and kwargs.pop("experimental_aggregate_gradients", True))
@@ -322,18 +323,15 @@ class TfKerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
     def _checked_pairs(self, grads_and_vars: Iterable[Tuple[Any, Any]]
                        ) -> List[Tuple[Any, Any]]:
         """The pairs that have a gradient; raises on bad input."""
-        if tf.distribute.in_cross_replica_context():
-            raise ValueError(
-                "LossScaleOptimizer.apply_gradients() must be called in a "
-                "replica context (inside strategy.run), not in the "
-                "cross-replica context of "
-                f"{type(tf.distribute.get_strategy()).__name__}.")
+        optimizer_lib.require_replica_context()
         pairs = list(grads_and_vars)
         kept = [(g, v) for g, v in pairs if g is not None]
         if pairs and not kept:
             raise ValueError(
                 "No gradients provided for any variable: every gradient is "
                 f"None for {[v.name for _, v in pairs]}.")
+        optimizer_lib.check_gradients(
+            [g for g, _ in kept], [v for _, v in kept])
         return kept
 
     # Hooks of optimizer_lib.LossScaleOptimizer.
