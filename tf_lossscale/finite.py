@@ -34,7 +34,7 @@ Neither reads a value back to the host, and the check never retraces.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -57,8 +57,22 @@ _XLA_DEVICE_TYPES = ("GPU", "TPU")
 # letting AutoGraph convert it when a tf.function calls it only slows tracing.
 _not_converted = tf.autograph.experimental.do_not_convert
 
-# Dense values of the bucketed gradients by dtype, and of the large ones.
-_Units = Tuple[Dict[tf.DType, List[tf.Tensor]], List[tf.Tensor]]
+# Small gradients of one dtype and trailing shape, at least this many, are
+# joined along axis 0 as they are; the rest are flattened into one 1-D
+# bucket per dtype (a reshape each way costs less than a bucket of its own).
+MIN_SHAPE_GROUP = 4
+
+
+class _Bucket(NamedTuple):
+    """Small gradients joined into one tensor, unscaled and checked there."""
+
+    parts: List[tf.Tensor]
+    flat: bool  # joined as 1-D (reshaped) rather than along axis 0
+
+
+class _Plan(NamedTuple):
+    buckets: List[_Bucket]
+    large: List[tf.Tensor]  # unscaled and checked in place, never copied
 
 
 @_not_converted
@@ -93,14 +107,15 @@ def all_finite(grads: Any, *, jit_compile: Optional[bool] = None
               if v is not None]
     if not values:
         return tf.constant(True)
-    (buckets, large), rest = _split_for_backend(values, jit_compile)
+    xla_plan, graph_plan = _plans(values, jit_compile)
     checks = []
-    if buckets or large:
-        checks.append(_xla_check(list(buckets.values()), large))
-    if rest[0] or rest[1]:
-        flats = [_concat(parts) for parts in rest[0].values()]
-        checks.append(_graph_verdict(flats + rest[1]))
-    return checks[0] if len(checks) == 1 else tf.logical_and(*checks)
+    if xla_plan:
+        checks.append(_xla_check([b.parts for b in xla_plan.buckets],
+                                 xla_plan.large))
+    if graph_plan:
+        checks.append(_graph_verdict(
+            [_join(b) for b in graph_plan.buckets] + graph_plan.large))
+    return _all(checks)
 
 
 @_not_converted
@@ -126,24 +141,16 @@ def unscale_and_check(
     present = [v for v in values if v is not None]
     if not present:
         return grads, tf.constant(True)
-    xla_units, graph_units = _split_for_backend(present, jit_compile)
-    done: Dict[int, tf.Tensor] = {}
+    xla_plan, graph_plan = _plans(present, jit_compile)
+    done: Dict[int, tf.Tensor] = {}  # id(dense value) -> unscaled value
     checks = []
-    if xla_units[0] or xla_units[1]:
-        flats, larges, finite = _xla_unscale_and_check(
-            list(xla_units[0].values()), xla_units[1], inv_scale)
-        _collect(xla_units, flats, larges, done)
-        checks.append(finite)
-    if graph_units[0] or graph_units[1]:
-        flats = [unscale(_concat(parts), inv_scale)
-                 for parts in graph_units[0].values()]
-        larges = [unscale(v, inv_scale) for v in graph_units[1]]
-        _collect(graph_units, flats, larges, done)
-        checks.append(_graph_verdict(flats + larges))
-    finite = checks[0] if len(checks) == 1 else tf.logical_and(*checks)
-    unscaled = [_rebuild(g, done[id(v)]) if v is not None else g
+    if xla_plan:
+        checks.append(_xla_run(xla_plan, inv_scale, done))
+    if graph_plan:
+        checks.append(_graph_unscale_and_check(graph_plan, inv_scale, done))
+    unscaled = [g if v is None else _rebuild(g, done[id(v)])
                 for g, v in zip(grads, values)]
-    return unscaled, finite
+    return unscaled, _all(checks)
 
 
 @_not_converted
@@ -209,15 +216,27 @@ def _bucketable(t: tf.Tensor) -> bool:
     return n is not None and n <= BUCKET_MAX_ELEMENTS
 
 
-def _plan(values: List[tf.Tensor]) -> _Units:
-    buckets: Dict[tf.DType, List[tf.Tensor]] = {}
-    large = []
+def _plan(values: List[tf.Tensor], by_shape: bool) -> _Plan:
+    """Buckets the small tensors: per dtype, and with `by_shape` also per
+    trailing shape where at least `MIN_SHAPE_GROUP` share one."""
+    large = [v for v in values if not _bucketable(v)]
+    groups: Dict[Tuple[Any, ...], List[tf.Tensor]] = {}
+    flat: Dict[tf.DType, List[tf.Tensor]] = {}
     for v in values:
-        if _bucketable(v):
-            buckets.setdefault(v.dtype, []).append(v)
+        if not _bucketable(v):
+            continue
+        if by_shape and v.shape.rank > 1:
+            groups.setdefault((v.dtype, *v.shape[1:]), []).append(v)
         else:
-            large.append(v)
-    return buckets, large
+            flat.setdefault(v.dtype, []).append(v)
+    buckets = []
+    for parts in groups.values():
+        if len(parts) >= MIN_SHAPE_GROUP:
+            buckets.append(_Bucket(parts, flat=False))
+        else:
+            flat.setdefault(parts[0].dtype, []).extend(parts)
+    buckets += [_Bucket(parts, flat=True) for parts in flat.values()]
+    return _Plan(buckets, large)
 
 
 def _use_xla(values: List[tf.Tensor], jit_compile: Optional[bool]) -> bool:
@@ -232,28 +251,74 @@ def _use_xla(values: List[tf.Tensor], jit_compile: Optional[bool]) -> bool:
                for kind in _XLA_DEVICE_TYPES)
 
 
-def _split_for_backend(values: List[tf.Tensor], jit_compile: Optional[bool]
-                       ) -> Tuple[_Units, _Units]:
-    """`(xla_units, graph_units)`. XLA takes only static shapes (no retrace
-    per sparse batch); everything else runs as graph ops."""
-    empty: _Units = ({}, [])
+def _plans(values: List[tf.Tensor], jit_compile: Optional[bool]
+           ) -> Tuple[Optional[_Plan], Optional[_Plan]]:
+    """`(xla_plan, graph_plan)`, either None when it has nothing to do.
+
+    XLA takes only static shapes (a sparse gradient's row count changes
+    from step to step, and each new shape would compile again); the rest
+    runs as graph ops. XLA flattens everything (a reshape is free there).
+    """
     if not _use_xla(values, jit_compile):
-        return empty, _plan(values)
+        return None, _plan(values, by_shape=True)
     static = [v for v in values if v.shape.is_fully_defined()]
     dynamic = [v for v in values if not v.shape.is_fully_defined()]
-    return _plan(static), (({}, dynamic) if dynamic else empty)
+    return (_plan(static, by_shape=False) if static else None,
+            _Plan([], dynamic) if dynamic else None)
 
 
-# --- the work ---------------------------------------------------------------
+# --- joining and splitting buckets -----------------------------------------
 
-def _concat(parts: List[tf.Tensor]) -> tf.Tensor:
-    """One flat tensor of `parts` (one shared shape constant: tracing a
-    constant per tensor costs more than the reshape itself)."""
-    flat_shape = tf.constant([-1])
-    flat = [p if p.shape.rank == 1 else tf.reshape(p, flat_shape)
-            for p in parts]
-    return flat[0] if len(flat) == 1 else tf.concat(flat, axis=0)
+def _join(bucket: _Bucket) -> tf.Tensor:
+    """The bucket as one tensor (one shared shape constant: tracing one per
+    tensor costs more than the reshape itself)."""
+    parts = bucket.parts
+    if bucket.flat:
+        flat_shape = tf.constant([-1])
+        parts = [p if p.shape.rank == 1 else tf.reshape(p, flat_shape)
+                 for p in parts]
+    return parts[0] if len(parts) == 1 else tf.concat(parts, axis=0)
 
+
+def _split(bucket: _Bucket, joined: tf.Tensor,
+           shapes: Dict[Tuple[int, ...], tf.Tensor]) -> List[tf.Tensor]:
+    """The inverse of `_join`, applied to the bucket's unscaled tensor."""
+    parts = bucket.parts
+    if len(parts) == 1:
+        pieces = [joined]
+    else:
+        sizes = [p.shape.num_elements() if bucket.flat else p.shape[0]
+                 for p in parts]
+        pieces = tf.split(joined, sizes)
+    out = []
+    for part, piece in zip(parts, pieces):
+        if bucket.flat and part.shape.rank != 1:
+            key = tuple(part.shape.as_list())
+            if key not in shapes:
+                shapes[key] = tf.constant(key, tf.int32)
+            piece = tf.reshape(piece, shapes[key])
+        out.append(piece)
+    return out
+
+
+def _map_back(plan: _Plan, joined: List[tf.Tensor], large: List[tf.Tensor],
+              done: Dict[int, tf.Tensor]) -> None:
+    """Maps each input value (by id) to its unscaled counterpart."""
+    shapes: Dict[Tuple[int, ...], tf.Tensor] = {}
+    for bucket, unit in zip(plan.buckets, joined):
+        for part, piece in zip(bucket.parts, _split(bucket, unit, shapes)):
+            done[id(part)] = piece
+    for v, u in zip(plan.large, large):
+        done[id(v)] = u
+
+
+def _rebuild(grad: Any, values: tf.Tensor) -> Any:
+    if isinstance(grad, tf.IndexedSlices):
+        return tf.IndexedSlices(values, grad.indices, grad.dense_shape)
+    return values
+
+
+# --- the verdict --------------------------------------------------------------
 
 def _exact_probe(u: tf.Tensor) -> tf.Tensor:
     """float32 scalar: 0 if `u` is all finite, NaN otherwise."""
@@ -283,44 +348,46 @@ def _add(scalars: List[tf.Tensor]) -> tf.Tensor:
     return scalars[0] if len(scalars) == 1 else tf.add_n(scalars)
 
 
-def _xla_units(bucket_parts, large, inv_scale):
-    flats = [unscale(_concat(parts), inv_scale) for parts in bucket_parts]
-    larges = [unscale(v, inv_scale) for v in large]
-    probes = [_exact_probe(u) for u in flats + larges]
-    return flats, larges, tf.math.is_finite(_add(probes))
+def _all(checks: List[tf.Tensor]) -> tf.Tensor:
+    return checks[0] if len(checks) == 1 else tf.logical_and(*checks)
 
 
-def _xla_all_finite(bucket_parts, large):
-    units = [_concat(parts) for parts in bucket_parts] + list(large)
-    return tf.math.is_finite(_add([_exact_probe(u) for u in units]))
+# --- the two back ends ----------------------------------------------------------
+
+def _graph_unscale_and_check(plan: _Plan, inv_scale: tf.Tensor, done):
+    joined = [unscale(_join(b), inv_scale) for b in plan.buckets]
+    large = [unscale(v, inv_scale) for v in plan.large]
+    _map_back(plan, joined, large, done)
+    return _graph_verdict(joined + large)
+
+
+def _xla_units(bucket_parts: List[List[tf.Tensor]], large: List[tf.Tensor],
+               inv_scale: Optional[tf.Tensor]):
+    """Flat buckets and large tensors, unscaled unless `inv_scale` is None,
+    and the verdict of the exact probe (fused with the multiply by XLA)."""
+    units = [_join(_Bucket(parts, flat=True)) for parts in bucket_parts]
+    units += list(large)
+    if inv_scale is not None:
+        units = [unscale(u, inv_scale) for u in units]
+    return units, tf.math.is_finite(_add([_exact_probe(u) for u in units]))
+
+
+def _xla_unscale_and_check_kernel(bucket_parts, large, inv_scale):
+    units, finite = _xla_units(bucket_parts, large, inv_scale)
+    return units[:len(bucket_parts)], units[len(bucket_parts):], finite
+
+
+def _xla_check_kernel(bucket_parts, large):
+    return _xla_units(bucket_parts, large, None)[1]
 
 
 _xla_unscale_and_check = tf.function(
-    _xla_units, jit_compile=True, autograph=False)
-_xla_check = tf.function(_xla_all_finite, jit_compile=True, autograph=False)
+    _xla_unscale_and_check_kernel, jit_compile=True, autograph=False)
+_xla_check = tf.function(_xla_check_kernel, jit_compile=True, autograph=False)
 
 
-def _collect(units: _Units, flats: List[tf.Tensor], larges: List[tf.Tensor],
-             done: Dict[int, tf.Tensor]) -> None:
-    """Maps each input value (by id) to its unscaled counterpart."""
-    buckets, large = units
-    shapes: Dict[Tuple[int, ...], tf.Tensor] = {}
-    for parts, flat in zip(buckets.values(), flats):
-        pieces = ([flat] if len(parts) == 1 else
-                  tf.split(flat, [p.shape.num_elements() for p in parts]))
-        for part, piece in zip(parts, pieces):
-            if part.shape.rank == 1:
-                done[id(part)] = piece
-                continue
-            key = tuple(part.shape.as_list())
-            if key not in shapes:
-                shapes[key] = tf.constant(key, tf.int32)
-            done[id(part)] = tf.reshape(piece, shapes[key])
-    for v, u in zip(large, larges):
-        done[id(v)] = u
-
-
-def _rebuild(grad: Any, values: tf.Tensor) -> Any:
-    if isinstance(grad, tf.IndexedSlices):
-        return tf.IndexedSlices(values, grad.indices, grad.dense_shape)
-    return values
+def _xla_run(plan: _Plan, inv_scale: tf.Tensor, done) -> tf.Tensor:
+    joined, large, finite = _xla_unscale_and_check(
+        [b.parts for b in plan.buckets], plan.large, inv_scale)
+    _map_back(plan, joined, large, done)
+    return finite

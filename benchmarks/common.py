@@ -1,0 +1,117 @@
+"""Sizes, timing and the pieces every workload shares (no TensorFlow import).
+
+A worker process imports this after it has chosen its Keras (`keras` or
+`tf_keras`), so nothing here imports TensorFlow at module level.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import os
+import time
+from typing import Callable, Dict, List, Sequence
+
+
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+    """How big and how long each workload runs in one mode."""
+
+    mlp_layers: int          # (a) Dense(mlp_width) layers
+    mlp_width: int
+    mlp_batch: int
+    mlp_steps: int
+    optimizers: Sequence[str]  # (a) inner optimizers
+    many_layers: int         # (b) Dense(many_width) layers: 2 variables each
+    many_width: int
+    many_steps: int
+    big_tensors: int         # (c) this many (384, 1000) plus as many (1000,)
+    small_tensors: int       # (c) this many (1000,)
+    check_steps: int
+    fusions: Sequence[int]   # (d) gradient counts for our kernel
+    fusions_per_tensor: Sequence[int]  # (d) ... for per-tensor HLO (slow)
+
+
+MODES: Dict[str, Sizes] = {
+    "full": Sizes(mlp_layers=40, mlp_width=512, mlp_batch=64, mlp_steps=60,
+                  optimizers=("SGD", "Adam"), many_layers=750, many_width=16,
+                  many_steps=40, big_tensors=86, small_tensors=2000,
+                  check_steps=40, fusions=(10, 100, 1000),
+                  fusions_per_tensor=(10, 100, 1000)),
+    # Under 100 s: SGD only in (a), 200 variables in (b), 500 in (c).
+    "quick": Sizes(mlp_layers=40, mlp_width=512, mlp_batch=64, mlp_steps=20,
+                   optimizers=("SGD",), many_layers=100, many_width=16,
+                   many_steps=20, big_tensors=86, small_tensors=500,
+                   check_steps=15, fusions=(10, 100, 1000),
+                   fusions_per_tensor=(10, 100)),
+    # Only proves that the harness runs (the test suite's smoke test).
+    "tiny": Sizes(mlp_layers=3, mlp_width=32, mlp_batch=8, mlp_steps=2,
+                  optimizers=("SGD",), many_layers=4, many_width=8,
+                  many_steps=2, big_tensors=2, small_tensors=20,
+                  check_steps=2, fusions=(10,), fusions_per_tensor=(10,)),
+}
+
+WARMUP_CALLS = 2
+
+
+@dataclasses.dataclass
+class Timing:
+    """One row: first-call seconds and per-call seconds."""
+
+    first_call_s: float
+    samples: List[float] = dataclasses.field(default_factory=list)
+
+    def median_ms(self) -> float:
+        ordered = sorted(self.samples)
+        mid = len(ordered) // 2
+        if len(ordered) % 2:
+            return 1e3 * ordered[mid]
+        return 1e3 * (ordered[mid - 1] + ordered[mid]) / 2
+
+    def as_json(self) -> dict:
+        return {"first_call_s": round(self.first_call_s, 3),
+                "median_ms": round(self.median_ms(), 3),
+                "samples_ms": [round(1e3 * s, 3) for s in self.samples]}
+
+
+def time_first_call(fn: Callable[[], object]) -> float:
+    """Seconds for the first call (trace, compile, run)."""
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def interleave(rows: Dict[str, Callable[[], object]], steps: int
+               ) -> Dict[str, Timing]:
+    """Times `rows` round-robin, first calls included, medians compared.
+
+    Every row is called once per round, starting each round one row later,
+    so slow drift and a row's position in the round hit all rows alike.
+    The garbage collector is collected and frozen before timing: after heavy
+    tracing it can pause a step for up to a second.
+    """
+    timings = {name: Timing(time_first_call(fn)) for name, fn in rows.items()}
+    names = list(rows)
+    for _ in range(WARMUP_CALLS):
+        for name in names:
+            rows[name]()
+    gc.collect()
+    gc.freeze()
+    try:
+        for step in range(steps):
+            shift = step % len(names)
+            for name in names[shift:] + names[:shift]:
+                start = time.perf_counter()
+                rows[name]()
+                timings[name].samples.append(time.perf_counter() - start)
+    finally:
+        gc.unfreeze()
+    return timings
+
+
+def load_average() -> List[float]:
+    """The 1, 5 and 15 minute load averages (empty where unknown)."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return []
