@@ -73,17 +73,19 @@ def log(message: str) -> None:
 
 # --- optimizers -------------------------------------------------------------
 
-def _barrier(grads: List[Any]) -> List[Any]:
-    """The gradients, released only once every one of them exists."""
-    present = [g for g in grads if g is not None]
-    with tf.control_dependencies(present):
-        return [None if g is None else tf.identity(g) for g in grads]
-
-
 def _with_barrier(inner_cls: type) -> type:
+    """`inner_cls`, made to wait for every gradient before any update.
+
+    One NoOp depends on all gradients and every op of the update depends on
+    it: the wait itself, without a per-gradient op (an Identity per
+    gradient would add per-op overhead the wait does not need).
+    """
     class Barrier(inner_cls):
         def apply(self, grads, trainable_variables=None):
-            return super().apply(_barrier(list(grads)), trainable_variables)
+            grads = list(grads)
+            ready = tf.group(*[g for g in grads if g is not None])
+            with tf.control_dependencies([ready]):
+                return super().apply(grads, trainable_variables)
     return Barrier
 
 
