@@ -93,8 +93,10 @@ def main(argv=None) -> int:
     optimizers = {
         "plain": lambda: keras.optimizers.SGD(1e-4),
         "wait": lambda: ProbeSGD("wait", learning_rate=1e-4),
-        "check, no skip": lambda: ProbeSGD("check, no skip", learning_rate=1e-4),
-        "check + tf.cond": lambda: ProbeSGD("check + cond", learning_rate=1e-4),
+        "check, no skip": lambda: ProbeSGD("check, no skip",
+                                           learning_rate=1e-4),
+        "check + tf.cond": lambda: ProbeSGD("check + cond",
+                                            learning_rate=1e-4),
         "tf_lossscale": lambda: tf_lossscale.LossScaleOptimizer(
             keras.optimizers.SGD(1e-4)),
         "Keras 3": lambda: keras.mixed_precision.LossScaleOptimizer(

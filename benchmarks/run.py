@@ -128,7 +128,7 @@ def _ordered(rows: Dict[str, dict]) -> List[str]:
     return ["plain"] * ("plain" in rows) + [k for k in order if k != "plain"]
 
 
-# --- the report ---------------------------------------------------------------
+# --- the report -------------------------------------------------------------
 
 def table_a(k3: Optional[dict], tk: Optional[dict]) -> List[str]:
     sgd = merged_rows(k3, tk, "a", "SGD")

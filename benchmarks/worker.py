@@ -116,7 +116,8 @@ def _mlp(activation: str, width: int, layers: int):
     return keras.Sequential(
         [keras.Input((width,))] +
         [keras.layers.Dense(width, activation=activation,
-                            kernel_initializer="he_uniform") for _ in range(layers)])
+                            kernel_initializer="he_uniform")
+         for _ in range(layers)])
 
 
 def workload_a(sizes: common.Sizes, optimizer: str) -> Dict[str, Any]:
@@ -238,8 +239,8 @@ def _check_rows(shapes: List[tuple]) -> Dict[str, Callable[[], Any]]:
     if not LEGACY:
         rows.update({"one read": one_read, "one tensor": one_tensor,
                      "plain one tensor": plain_one_tensor})
-    return {k: (lambda f: lambda: f()[1].numpy())(tf.function(fn))
-            for k, fn in rows.items()}
+    return {k: (lambda f: lambda: f()[1].numpy())(
+        tf.function(fn, autograph=False)) for k, fn in rows.items()}
 
 
 def workload_c(sizes: common.Sizes) -> Dict[str, Any]:

@@ -50,7 +50,8 @@ def gradient(draw, kind=None, dtype=None):
     dtype = dtype or draw(st.sampled_from(DTYPES))
     shape = {"dense": [draw(st.integers(1, 40))],
              # Few trailing shapes, so that groups joined along axis 0 form.
-             "matrix": [draw(st.integers(1, 6)), draw(st.sampled_from([3, 5]))],
+             "matrix": [draw(st.integers(1, 6)),
+                        draw(st.sampled_from([3, 5]))],
              "sparse": [draw(st.integers(1, 4)), 3],
              "empty": [draw(st.sampled_from([0, 3])), 0],
              "large": [LARGE]}[kind]

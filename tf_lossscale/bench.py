@@ -18,7 +18,8 @@ __all__ = ["find_suite", "run"]
 
 def find_suite() -> Optional[Path]:
     """`benchmarks/run.py` of the checkout this package runs from, or None."""
-    candidate = Path(__file__).resolve().parent.parent / "benchmarks" / "run.py"
+    root = Path(__file__).resolve().parent.parent
+    candidate = root / "benchmarks" / "run.py"
     return candidate if candidate.is_file() else None
 
 

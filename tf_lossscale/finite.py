@@ -9,9 +9,11 @@ verdict.
 
 Cost model (measured, see benchmarks/README.md): a per-tensor check costs
 per-op overhead, not bandwidth, so gradients with at most
-`BUCKET_MAX_ELEMENTS` elements are concatenated per dtype into one flat
-bucket, unscaled and checked there with one multiply and one reduction, and
-split back; larger ones are unscaled and reduced in place, never copied.
+`BUCKET_MAX_ELEMENTS` elements are joined into buckets per dtype (along
+axis 0 where `MIN_SHAPE_GROUP` or more share a trailing shape, so they need
+no reshape; flattened otherwise), unscaled and checked there with one
+multiply and one reduction, and split back; larger ones are unscaled and
+reduced in place, never copied.
 
 Two back ends compute the same verdict:
 
@@ -21,8 +23,9 @@ Two back ends compute the same verdict:
   `reduce_all(is_finite(u))`. Only steps that are skipped anyway, or whose
   gradients are near the float32 maximum, pay for it. float16/bfloat16 use
   the exact `reduce_sum(u * 0)` directly (their sums overflow often).
-- XLA (GPU and TPU, or `jit_compile=True`). The buckets and the large
-  tensors go through one `jit_compile` function whose probe is
+- XLA (GPU and TPU, or `jit_compile=True`). The buckets (flat: a reshape
+  is free there) and the large tensors go through one `jit_compile`
+  function whose probe is
   `reduce_sum(u * 0)`: zero for finite `u`, NaN otherwise, fused with the
   multiply, so the number of kernels does not grow with the number of
   gradients. `reduce_max(abs(u))` would be one op cheaper but XLA's CPU
@@ -46,8 +49,8 @@ __all__ = [
     "unscale_and_check",
 ]
 
-# Tensors with at most this many elements are concatenated into one bucket
-# per dtype; larger ones (and any whose size is not static) stay in place.
+# Tensors with at most this many elements are joined into buckets; larger
+# ones (and any whose size is not static) stay in place.
 BUCKET_MAX_ELEMENTS = 1 << 16
 
 _NARROW = (tf.float16, tf.bfloat16)
@@ -318,7 +321,7 @@ def _rebuild(grad: Any, values: tf.Tensor) -> Any:
     return values
 
 
-# --- the verdict --------------------------------------------------------------
+# --- the verdict ------------------------------------------------------------
 
 def _exact_probe(u: tf.Tensor) -> tf.Tensor:
     """float32 scalar: 0 if `u` is all finite, NaN otherwise."""
@@ -352,9 +355,10 @@ def _all(checks: List[tf.Tensor]) -> tf.Tensor:
     return checks[0] if len(checks) == 1 else tf.logical_and(*checks)
 
 
-# --- the two back ends ----------------------------------------------------------
+# --- the two back ends ------------------------------------------------------
 
-def _graph_unscale_and_check(plan: _Plan, inv_scale: tf.Tensor, done):
+def _graph_unscale_and_check(plan: _Plan, inv_scale: tf.Tensor,
+                             done: Dict[int, tf.Tensor]) -> tf.Tensor:
     joined = [unscale(_join(b), inv_scale) for b in plan.buckets]
     large = [unscale(v, inv_scale) for v in plan.large]
     _map_back(plan, joined, large, done)
@@ -386,7 +390,8 @@ _xla_unscale_and_check = tf.function(
 _xla_check = tf.function(_xla_check_kernel, jit_compile=True, autograph=False)
 
 
-def _xla_run(plan: _Plan, inv_scale: tf.Tensor, done) -> tf.Tensor:
+def _xla_run(plan: _Plan, inv_scale: tf.Tensor,
+             done: Dict[int, tf.Tensor]) -> tf.Tensor:
     joined, large, finite = _xla_unscale_and_check(
         [b.parts for b in plan.buckets], plan.large, inv_scale)
     _map_back(plan, joined, large, done)
