@@ -2,17 +2,23 @@
 
 `all_finite(grads)` answers "is every gradient free of NaN and +-Inf?" for
 any nested structure (None ignored, `tf.IndexedSlices` checked on their
-values). `unscale_and_check(grads, scale)` multiplies by `1 / scale` and
+values). `unscale_and_check(grads, scale)` divides by the loss scale and
 runs the same check on what it produced, which is what the optimizer
-applies. `agree_across_replicas(finite)` makes every replica take the same
-verdict.
+applies; `unscale_all(grads, scale)` divides without checking.
+`agree_across_replicas(finite)` makes every replica take the same verdict.
+
+They divide rather than multiply by `1 / scale`: the quotient is rounded
+once, and there is no reciprocal to lose. At scale 2**127 the reciprocal
+is a float32 subnormal, which TensorFlow's CPU kernels flush to zero, so
+multiplying by it would zero every gradient. On memory-bound tensors a
+division costs what a multiply does.
 
 Cost model (measured, see benchmarks/README.md): a per-tensor check costs
 per-op overhead, not bandwidth, so gradients with at most
 `BUCKET_MAX_ELEMENTS` elements are joined into buckets per dtype (along
 axis 0 where `MIN_SHAPE_GROUP` or more share a trailing shape, so they need
 no reshape; flattened otherwise), unscaled and checked there with one
-multiply and one reduction, and split back; larger ones are unscaled and
+division and one reduction, and split back; larger ones are unscaled and
 reduced in place, never copied.
 
 Two back ends compute the same verdict:
@@ -27,7 +33,7 @@ Two back ends compute the same verdict:
   is free there) and the large tensors go through one `jit_compile`
   function whose probe is
   `reduce_sum(u * 0)`: zero for finite `u`, NaN otherwise, fused with the
-  multiply, so the number of kernels does not grow with the number of
+  division, so the number of kernels does not grow with the number of
   gradients. `reduce_max(abs(u))` would be one op cheaper but XLA's CPU
   max drops NaN. On CPU XLA is slower than graph ops for this work, hence
   the choice by device.
@@ -37,7 +43,8 @@ Neither reads a value back to the host, and the check never retraces.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import (Any, Callable, Dict, List, NamedTuple, Optional,
+                    Sequence, Tuple)
 
 import tensorflow as tf
 
@@ -46,6 +53,7 @@ __all__ = [
     "all_finite",
     "cross_replica_all_finite",
     "unscale",
+    "unscale_all",
     "unscale_and_check",
 ]
 
@@ -84,6 +92,8 @@ def unscale(grad: Optional[Any], inv_scale: tf.Tensor) -> Optional[Any]:
 
     Narrow float types are multiplied in float32: `1 / scale` can underflow
     in float16 (2**-25 is 0 there) even when the product is representable.
+    Prefer `unscale_all(grads, scale)`, which divides: for scales above
+    2**126 the float32 reciprocal is subnormal and flushed to zero on CPU.
     """
     if grad is None:
         return None
@@ -125,7 +135,7 @@ def all_finite(grads: Any, *, jit_compile: Optional[bool] = None
 def unscale_and_check(
     grads: Sequence[Any], scale: Any, *, jit_compile: Optional[bool] = None
 ) -> Tuple[List[Any], tf.Tensor]:
-    """Multiplies every gradient by `1 / scale` and checks what that produced.
+    """Divides every gradient by `scale` and checks what that produced.
 
     Args:
       grads: a list of gradients (tensors, `tf.IndexedSlices` or None).
@@ -134,26 +144,27 @@ def unscale_and_check(
         CPU); True or False forces one back end.
 
     Returns:
-      `(unscaled, finite)`: the unscaled list (None kept, sparse kept sparse,
-      dtypes kept; each value equal to `unscale(g, 1 / scale)`) and a scalar
-      bool tensor, True iff it is all finite.
+      `(unscaled, finite)`: `unscale_all(grads, scale)` and a scalar bool
+      tensor, True iff all of it is finite.
     """
-    grads = list(grads)
-    inv_scale = tf.math.reciprocal(tf.cast(scale, tf.float32))
-    values = [_dense_values(g) for g in grads]
-    present = [v for v in values if v is not None]
-    if not present:
-        return grads, tf.constant(True)
-    xla_plan, graph_plan = _plans(present, jit_compile)
-    done: Dict[int, tf.Tensor] = {}  # id(dense value) -> unscaled value
-    checks = []
-    if xla_plan:
-        checks.append(_xla_run(xla_plan, inv_scale, done))
-    if graph_plan:
-        checks.append(_graph_unscale_and_check(graph_plan, inv_scale, done))
-    unscaled = [g if v is None else _rebuild(g, done[id(v)])
-                for g, v in zip(grads, values)]
-    return unscaled, _all(checks)
+    return _unscale(grads, scale, jit_compile, check=True)
+
+
+@_not_converted
+def unscale_all(grads: Sequence[Any], scale: Any, *,
+                jit_compile: Optional[bool] = None) -> List[Any]:
+    """Divides every gradient by `scale`; None kept, sparse kept sparse.
+
+    Each value is `g / scale` rounded once to the gradient's dtype (float16
+    and bfloat16 are divided in float32, so no intermediate underflows),
+    computed with the buckets of `unscale_and_check`.
+
+    Args:
+      grads: a list of gradients (tensors, `tf.IndexedSlices` or None).
+      scale: the loss scale, a float32 scalar.
+      jit_compile: as for `unscale_and_check`.
+    """
+    return _unscale(grads, scale, jit_compile, check=False)[0]
 
 
 @_not_converted
@@ -202,6 +213,42 @@ def cross_replica_all_finite(grads: Any) -> tf.Tensor:
         lambda g: tf.cast(all_finite(g), tf.float32), args=(flat,))
     total = strategy.reduce(tf.distribute.ReduceOp.SUM, votes, axis=None)
     return tf.equal(total, float(strategy.num_replicas_in_sync))
+
+
+def _unscale(grads: Sequence[Any], scale: Any, jit_compile: Optional[bool],
+             check: bool) -> Tuple[List[Any], Optional[tf.Tensor]]:
+    grads = list(grads)
+    scale = tf.cast(scale, tf.float32)
+    values = [_dense_values(g) for g in grads]
+    present = [v for v in values if v is not None]
+    if not present:
+        return grads, tf.constant(True)
+    xla_plan, graph_plan = _plans(present, jit_compile)
+    done: Dict[int, tf.Tensor] = {}  # id(dense value) -> unscaled value
+    checks = []
+    if xla_plan:
+        checks.append(_xla_run(xla_plan, scale, done))
+    if graph_plan:
+        checks.append(_graph_unscale(graph_plan, scale, done, check))
+    unscaled = [g if v is None else _rebuild(g, done[id(v)])
+                for g, v in zip(grads, values)]
+    return unscaled, (_all(checks) if check else None)
+
+
+def _divide(t: tf.Tensor, scale: tf.Tensor,
+            divide: Callable[..., tf.Tensor] = tf.math.divide_no_nan
+            ) -> tf.Tensor:
+    """`t / scale` (a positive float32 scalar), rounded once to `t`'s dtype.
+
+    `divide_no_nan` by default because Grappler rewrites `Div`/`RealDiv` by
+    a constant into a multiply by the reciprocal (the very thing to avoid)
+    and leaves `DivNoNan` alone; for a positive `scale` both divide. Inside
+    the XLA kernel `scale` is a runtime argument and a plain divide is one
+    fusion fewer.
+    """
+    if t.dtype in _NARROW:
+        return tf.cast(divide(tf.cast(t, tf.float32), scale), t.dtype)
+    return divide(t, tf.cast(scale, t.dtype))
 
 
 # --- planning: which tensors are bucketed, which back end runs them ---------
@@ -357,27 +404,27 @@ def _all(checks: List[tf.Tensor]) -> tf.Tensor:
 
 # --- the two back ends ------------------------------------------------------
 
-def _graph_unscale_and_check(plan: _Plan, inv_scale: tf.Tensor,
-                             done: Dict[int, tf.Tensor]) -> tf.Tensor:
-    joined = [unscale(_join(b), inv_scale) for b in plan.buckets]
-    large = [unscale(v, inv_scale) for v in plan.large]
+def _graph_unscale(plan: _Plan, scale: tf.Tensor, done: Dict[int, tf.Tensor],
+                   check: bool) -> Optional[tf.Tensor]:
+    joined = [_divide(_join(b), scale) for b in plan.buckets]
+    large = [_divide(v, scale) for v in plan.large]
     _map_back(plan, joined, large, done)
-    return _graph_verdict(joined + large)
+    return _graph_verdict(joined + large) if check else None
 
 
 def _xla_units(bucket_parts: List[List[tf.Tensor]], large: List[tf.Tensor],
-               inv_scale: Optional[tf.Tensor]):
-    """Flat buckets and large tensors, unscaled unless `inv_scale` is None,
-    and the verdict of the exact probe (fused with the multiply by XLA)."""
+               scale: Optional[tf.Tensor]):
+    """Flat buckets and large tensors, unscaled unless `scale` is None, and
+    the verdict of the exact probe (fused with the division by XLA)."""
     units = [_join(_Bucket(parts, flat=True)) for parts in bucket_parts]
     units += list(large)
-    if inv_scale is not None:
-        units = [unscale(u, inv_scale) for u in units]
+    if scale is not None:
+        units = [_divide(u, scale, tf.math.divide) for u in units]
     return units, tf.math.is_finite(_add([_exact_probe(u) for u in units]))
 
 
-def _xla_unscale_and_check_kernel(bucket_parts, large, inv_scale):
-    units, finite = _xla_units(bucket_parts, large, inv_scale)
+def _xla_unscale_and_check_kernel(bucket_parts, large, scale):
+    units, finite = _xla_units(bucket_parts, large, scale)
     return units[:len(bucket_parts)], units[len(bucket_parts):], finite
 
 
@@ -390,9 +437,9 @@ _xla_unscale_and_check = tf.function(
 _xla_check = tf.function(_xla_check_kernel, jit_compile=True, autograph=False)
 
 
-def _xla_run(plan: _Plan, inv_scale: tf.Tensor,
+def _xla_run(plan: _Plan, scale: tf.Tensor,
              done: Dict[int, tf.Tensor]) -> tf.Tensor:
     joined, large, finite = _xla_unscale_and_check(
-        [b.parts for b in plan.buckets], plan.large, inv_scale)
+        [b.parts for b in plan.buckets], plan.large, scale)
     _map_back(plan, joined, large, done)
     return finite
