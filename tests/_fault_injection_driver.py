@@ -74,17 +74,24 @@ class Plan:
                                    KINDS[int(rng.integers(len(KINDS)))]))
             self.faults.append(faults)
 
-    def fault_value(self, kind: str, position: int) -> float:
+    def fault_value(self, kind: str, position: int, scale: float) -> float:
+        """The injected value. "huge" is max/64 where the optimizer sees it:
+        in the scaled gradients, so a true (unscaled) one is divided by the
+        scale, or scaling alone would overflow it and it would never be
+        applied."""
         huge = float(np.finfo(self.dtype).max) / 64
+        if self.faults_in == "true":
+            huge /= scale
         sign = -1.0 if position % 2 else 1.0
         return {"nan": np.nan, "+inf": np.inf, "-inf": -np.inf,
                 "huge": sign * huge}[kind]
 
-    def inject(self, step: int, grads: Arrays) -> Arrays:
+    def inject(self, step: int, grads: Arrays, scale: float) -> Arrays:
         """`grads` with this step's faults written in (copies)."""
         out = [g.copy() for g in grads]
         for index, position, kind in self.faults[step]:
-            out[index].reshape(-1)[position] = self.fault_value(kind, position)
+            out[index].reshape(-1)[position] = self.fault_value(
+                kind, position, scale)
         return out
 
     def inject_scaled(self, step: int, clean_scaled: Arrays,
@@ -92,8 +99,8 @@ class Plan:
                       scale: float) -> Arrays:
         """This step's scaled gradients with its faults."""
         if self.faults_in == "scaled":
-            return self.inject(step, clean_scaled)
-        return scaled_fn(self.inject(step, self.grads[step]), scale)
+            return self.inject(step, clean_scaled, scale)
+        return scaled_fn(self.inject(step, self.grads[step], scale), scale)
 
 
 def scale_up(grads: Arrays, scale: float, dtype: np.dtype) -> Arrays:
@@ -322,7 +329,9 @@ def run_tf1(dtype: str, steps: int, seed: int) -> Dict:
         def step_fn(step, scaled, unscaled, applied):
             del scaled  # The graph scales the loss itself.
             ops = [train_op] + ([ref_op] if applied else [])
-            feed = dict(zip(true_grads, plan.inject(step, plan.grads[step])))
+            scale = float(sess.run(loss_scale()))
+            feed = dict(zip(true_grads,
+                            plan.inject(step, plan.grads[step], scale)))
             feed.update(zip(ref_grads, unscaled))
             sess.run(ops, feed)
             result = sess.run(fetch)

@@ -448,8 +448,7 @@ class LossScaleOptimizer:
         is kept. Marks that the next `apply_gradients` here gets unscaled
         gradients (see the class docstring).
         """
-        inv_scale = tf.math.reciprocal(self.loss_scale)
-        unscaled = [finite_lib.unscale(g, inv_scale) for g in grads]
+        unscaled = finite_lib.unscale_all(list(grads), self.loss_scale)
         self._unscaled_marks.mark()
         return unscaled
 
@@ -465,8 +464,7 @@ class LossScaleOptimizer:
         """
         if not self.dynamic:
             if not already_unscaled:
-                inv_scale = tf.math.reciprocal(self.loss_scale)
-                grads = [finite_lib.unscale(g, inv_scale) for g in grads]
+                grads = finite_lib.unscale_all(grads, self.loss_scale)
             self._apply_inner(grads, variables)
             return
         if already_unscaled:

@@ -143,9 +143,8 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
             aggregation_method=aggregation_method,
             colocate_gradients_with_ops=colocate_gradients_with_ops,
             grad_loss=grad_loss)
-        inv_scale = tf.math.reciprocal(scale)
-        return [(finite_lib.unscale(g, inv_scale), v)
-                for g, v in grads_and_vars]
+        grads = finite_lib.unscale_all([g for g, _ in grads_and_vars], scale)
+        return [(g, v) for g, (_, v) in zip(grads, grads_and_vars)]
 
     def apply_gradients(
         self,
