@@ -126,10 +126,6 @@ def test_one_device_strategy_updates_in_cross_replica_context():
     assert (float(loss_scale()), int(loss_scale.good_steps)) == (4.0, 1)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "finite.cross_replica_all_finite treats per-replica gradients outside "
-    "strategy.scope() as if no strategy existed; TensorFlow then says to "
-    "use strategy.run, where update() must not be called (owner: finite.py)"))
 def test_per_replica_grads_outside_the_scope_get_a_clear_error(
         mirrored_strategy):
     with mirrored_strategy.scope():

@@ -52,7 +52,6 @@ __all__ = [
     "agree_across_replicas",
     "all_finite",
     "cross_replica_all_finite",
-    "unscale",
     "unscale_all",
     "unscale_and_check",
 ]
@@ -84,26 +83,6 @@ class _Bucket(NamedTuple):
 class _Plan(NamedTuple):
     buckets: List[_Bucket]
     large: List[tf.Tensor]  # unscaled and checked in place, never copied
-
-
-@_not_converted
-def unscale(grad: Optional[Any], inv_scale: tf.Tensor) -> Optional[Any]:
-    """Multiplies one gradient by `inv_scale`, keeping None, sparsity, dtype.
-
-    Narrow float types are multiplied in float32: `1 / scale` can underflow
-    in float16 (2**-25 is 0 there) even when the product is representable.
-    Prefer `unscale_all(grads, scale)`, which divides: for scales above
-    2**126 the float32 reciprocal is subnormal and flushed to zero on CPU.
-    """
-    if grad is None:
-        return None
-    if isinstance(grad, tf.IndexedSlices):
-        return tf.IndexedSlices(
-            unscale(grad.values, inv_scale), grad.indices, grad.dense_shape)
-    grad = tf.convert_to_tensor(grad)
-    if grad.dtype in _NARROW:
-        return tf.cast(tf.cast(grad, tf.float32) * inv_scale, grad.dtype)
-    return grad * tf.cast(inv_scale, grad.dtype)
 
 
 @_not_converted
@@ -196,9 +175,11 @@ def cross_replica_all_finite(grads: Any) -> tf.Tensor:
     replica makes the verdict False for all.
 
     Raises:
-      RuntimeError: called in a replica context (inside `strategy.run`).
+      RuntimeError: called in a replica context (inside `strategy.run`), or
+        given per-replica gradients outside their strategy's scope.
     """
     if not tf.distribute.has_strategy():
+        _reject_distributed_values(grads)
         return all_finite(grads)
     if not tf.distribute.in_cross_replica_context():
         raise RuntimeError(
@@ -213,6 +194,17 @@ def cross_replica_all_finite(grads: Any) -> tf.Tensor:
         lambda g: tf.cast(all_finite(g), tf.float32), args=(flat,))
     total = strategy.reduce(tf.distribute.ReduceOp.SUM, votes, axis=None)
     return tf.equal(total, float(strategy.num_replicas_in_sync))
+
+
+def _reject_distributed_values(grads: Any) -> None:
+    """Per-replica values outside a strategy's scope cannot be voted on."""
+    for g in tf.nest.flatten(grads):
+        if isinstance(g, tf.distribute.DistributedValues):
+            raise RuntimeError(
+                "LossScale.update() got per-replica gradients "
+                f"({type(g).__name__}) outside the scope of their strategy; "
+                "call it inside `with strategy.scope():` (in a cross-replica "
+                "context), so that every replica's gradients are checked.")
 
 
 def _unscale(grads: Sequence[Any], scale: Any, jit_compile: Optional[bool],
