@@ -11,7 +11,7 @@ import tensorflow as tf
 
 import tf_lossscale
 from tf_lossscale import compat
-from tf_lossscale import config_conversion
+from tf_lossscale.compat import legacy_names
 from tf_lossscale.compat import __main__ as runner
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -50,7 +50,7 @@ def _shim_object(dotted):
 def _namespaces():
     """Every legacy namespace and the names it holds today."""
     found = {}
-    for legacy in config_conversion.LEGACY_NAMES:
+    for legacy in legacy_names.LEGACY_NAMES:
         namespace = legacy.rpartition(".")[0]
         try:
             found[namespace] = sorted(dir(_lookup(namespace)))
@@ -59,9 +59,9 @@ def _namespaces():
     return found
 
 
-@pytest.mark.parametrize("legacy", sorted(config_conversion.LEGACY_NAMES))
+@pytest.mark.parametrize("legacy", sorted(legacy_names.LEGACY_NAMES))
 def test_install_binds_the_legacy_name_to_its_shim_object(shim, legacy):
-    shim_name = config_conversion.LEGACY_NAMES[legacy].shim
+    shim_name = legacy_names.LEGACY_NAMES[legacy].shim
     assert _lookup(legacy) is _shim_object(shim_name)
 
 

@@ -19,7 +19,7 @@ import pytest
 
 import tf_lossscale.compat
 from tf_lossscale import cli
-from tf_lossscale import migrate
+from tf_lossscale.compat import migrate
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = os.path.join(REPO, "compat", "examples")

@@ -7,7 +7,7 @@ import pytest
 
 import tf_lossscale
 from tf_lossscale import cli
-from tf_lossscale import migrate
+from tf_lossscale.compat import migrate
 
 
 def _rewrite(source):

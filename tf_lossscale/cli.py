@@ -24,7 +24,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _migrate(args: argparse.Namespace) -> int:
-    from tf_lossscale import migrate
+    from tf_lossscale.compat import migrate
     return migrate.run(paths=args.paths, write=args.write)
 
 

@@ -4,7 +4,8 @@ TF <= 2.3's experimental `LossScaleOptimizer(opt, loss_scale)` took one
 argument; the current optimizer takes `dynamic`, `initial_scale` and
 `dynamic_growth_steps`. This module is the single table between the two: the
 experimental optimizer, `LossScaleOptimizer.from_config`, the migration shim
-and the source rewriter all call it.
+and the source rewriter all call it. (The table of legacy *names* is
+`tf_lossscale.compat.legacy_names`.)
 
 =======================================  =====================================
 legacy `loss_scale`                      current arguments
@@ -27,7 +28,7 @@ of TF <= 2.3 (`{"optimizer": ..., "loss_scale": ...}`) or of an older Keras 3
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, NamedTuple, Optional
+from typing import Any, Dict, Mapping, Optional
 
 import tensorflow as tf
 
@@ -39,10 +40,6 @@ __all__ = [
     "DEFAULT_INITIAL_SCALE",
     "DYNAMIC_LOSS_SCALE_RENAMES",
     "KERAS_BASE_OPTIMIZER_DEFAULTS",
-    "LEGACY_NAMES",
-    "LegacyName",
-    "VANISHED_MODULES",
-    "default_policy_loss_scale",
     "dynamic_args",
     "fixed_args",
     "from_dynamic_loss_scale_args",
@@ -200,73 +197,6 @@ def upgrade_optimizer_config(config: Mapping[str, Any]) -> Dict[str, Any]:
         config.update(from_legacy_loss_scale(config.pop("loss_scale")))
     config.setdefault("dynamic", True)
     return config
-
-
-# The legacy names: what users of TF 2.1-2.4 wrote (`tensorflow` for `tf`),
-# what the migration shim `tf_lossscale.compat` binds each to, and what the
-# rewriter `tf_lossscale.migrate` writes instead. Both read this table.
-
-
-class LegacyName(NamedTuple):
-    shim: str  # The object the shim binds the legacy name to.
-    current: str  # The name the rewriter writes instead.
-
-
-_KERAS_EXPERIMENTAL = "tensorflow.keras.mixed_precision.experimental"
-_LOSS_SCALE_NAMESPACES = (
-    "tensorflow.train.experimental",
-    "tensorflow.compat.v1.train.experimental",
-    "tensorflow.compat.v2.train.experimental",
-    "tensorflow.mixed_precision.experimental",
-    "tensorflow.compat.v1.mixed_precision",
-    "tensorflow.compat.v1.mixed_precision.experimental",
-)
-_V1_OPTIMIZER_NAMESPACES = (
-    "tensorflow.compat.v1.train.experimental",
-    "tensorflow.compat.v1.mixed_precision",
-)
-
-LEGACY_NAMES: Dict[str, LegacyName] = {
-    **{f"{ns}.{cls}": LegacyName(f"tf_lossscale.{cls}", f"tf_lossscale.{cls}")
-       for ns in _LOSS_SCALE_NAMESPACES
-       for cls in ("LossScale", "FixedLossScale", "DynamicLossScale")},
-    **{f"{ns}.MixedPrecisionLossScaleOptimizer": LegacyName(
-        "tf_lossscale.MixedPrecisionLossScaleOptimizer",
-        "tf_lossscale.MixedPrecisionLossScaleOptimizer")
-       for ns in _V1_OPTIMIZER_NAMESPACES},
-    # `loss_scale=` becomes dynamic/initial_scale/dynamic_growth_steps.
-    f"{_KERAS_EXPERIMENTAL}.LossScaleOptimizer": LegacyName(
-        "tf_lossscale.experimental.LossScaleOptimizer",
-        "tf_lossscale.LossScaleOptimizer"),
-    # TF 2.1-2.3's policy API; the current Policy takes no `loss_scale`.
-    f"{_KERAS_EXPERIMENTAL}.Policy": LegacyName(
-        "tf_lossscale.compat.Policy",
-        "tensorflow.keras.mixed_precision.Policy"),
-    f"{_KERAS_EXPERIMENTAL}.set_policy": LegacyName(
-        "tf_lossscale.compat.set_policy",
-        "tensorflow.keras.mixed_precision.set_global_policy"),
-    f"{_KERAS_EXPERIMENTAL}.global_policy": LegacyName(
-        "tf_lossscale.compat.global_policy",
-        "tensorflow.keras.mixed_precision.global_policy"),
-}
-
-# Namespaces today's TensorFlow no longer has: the shim creates them; the
-# rewriter turns an import of one into an import of its current module, or
-# drops it (None) when every member moved to tf_lossscale.
-VANISHED_MODULES: Dict[str, Optional[str]] = {
-    _KERAS_EXPERIMENTAL: "tensorflow.keras.mixed_precision",
-    "tensorflow.mixed_precision": None,
-    "tensorflow.mixed_precision.experimental": None,
-}
-
-
-def default_policy_loss_scale(policy_name: str) -> Optional[str]:
-    """The loss scale of TF 2.1-2.3's `Policy(policy_name)` when none is given.
-
-    "dynamic" for "mixed_float16" (float16 gradients underflow without
-    scaling), None for every other policy.
-    """
-    return "dynamic" if policy_name == "mixed_float16" else None
 
 
 def _drop_keras_base_defaults(config: Dict[str, Any]) -> None:

@@ -1,23 +1,30 @@
-"""Source-tree stand-in for `tf_lossscale.compat`, whose code is in compat/.
+"""Run TF 2.1-2.4 loss-scaling code unchanged on today's TensorFlow.
 
-`pip install .` copies the repository's compat/ folder to
-tf_lossscale/compat/ (setup.cfg's package_dir), and never ships this file.
-When tf_lossscale is imported from the source tree (an editable install,
-or the repository root on sys.path), this file is found first: it loads
-compat/__init__.py as `tf_lossscale.compat` and puts that module in
-sys.modules in its own place, which the import system then returns.
+Three ways off the legacy API, from least to most change:
+
+- `tf_lossscale.compat.install()` in the script (or its entry point): the
+  legacy names (`tf.keras.mixed_precision.experimental.*`,
+  `tf.train.experimental.*LossScale`, ...) resolve to tf_lossscale's;
+- `python -m tf_lossscale.compat SCRIPT [ARGS...]`: the same, with the
+  script itself untouched;
+- `python -m tf_lossscale migrate PATH...`: rewrites the source to the
+  current API, which needs no shim.
+
+The names and what they become are `legacy_names.LEGACY_NAMES`.
 """
 
-import importlib.util
-import os
-import sys
+from tf_lossscale.compat.policy import Policy
+from tf_lossscale.compat.policy import global_policy
+from tf_lossscale.compat.policy import set_policy
+from tf_lossscale.compat.shim import install
+from tf_lossscale.compat.shim import installed
+from tf_lossscale.compat.shim import uninstall
 
-_COMPAT = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
-        __file__)))), "compat")
-_spec = importlib.util.spec_from_file_location(
-    __name__, os.path.join(_COMPAT, "__init__.py"),
-    submodule_search_locations=[_COMPAT])
-_module = importlib.util.module_from_spec(_spec)
-sys.modules[__name__] = _module
-_spec.loader.exec_module(_module)
+__all__ = (
+    "Policy",
+    "global_policy",
+    "install",
+    "installed",
+    "set_policy",
+    "uninstall",
+)

@@ -16,7 +16,7 @@ becomes::
     opt = tf_lossscale.LossScaleOptimizer(opt, dynamic=False, initial_scale=123)
     ls = tf_lossscale.DynamicLossScale(2048)
 
-Which name becomes which is `config_conversion.LEGACY_NAMES`, the table the
+Which name becomes which is `legacy_names.LEGACY_NAMES`, the table the
 shim reads too; the experimental optimizer's `loss_scale=` is converted by
 the same rules as its config (`from_legacy_loss_scale`). libcst keeps
 comments and formatting. What cannot be converted statically (a
@@ -40,7 +40,8 @@ from libcst.helpers import get_full_name_for_node
 from libcst.metadata import (PositionProvider, QualifiedNameProvider,
                              QualifiedNameSource)
 
-from tf_lossscale import config_conversion as table
+from tf_lossscale import config_conversion
+from tf_lossscale.compat import legacy_names as table
 
 __all__ = ["Note", "rewrite", "run"]
 
@@ -52,7 +53,7 @@ _KERAS_POLICY = "tensorflow.keras.mixed_precision.experimental.Policy"
 _FIXED_PARAMS = ("loss_scale_value",)
 _DYNAMIC_PARAMS = ("initial_loss_scale", "increment_period", "multiplier")
 _OPTIMIZER_ARG_OF = {"loss_scale_value": "initial_scale",
-                     **table.DYNAMIC_LOSS_SCALE_RENAMES}
+                     **config_conversion.DYNAMIC_LOSS_SCALE_RENAMES}
 _BY_HAND = ("pass dynamic=, initial_scale= and dynamic_growth_steps= to "
             "tf_lossscale.LossScaleOptimizer by hand")
 
@@ -122,7 +123,7 @@ def _bind(args: Sequence[cst.Arg], params: Sequence[str],
 
 def _fixed_args(loss_scale_value: Any) -> Dict[str, Any]:
     """The table's conversion of `FixedLossScale(loss_scale_value)`."""
-    return table.fixed_args(loss_scale_value)
+    return config_conversion.fixed_args(loss_scale_value)
 
 
 def _separated(args: List[cst.Arg], separator: Any,
@@ -308,7 +309,7 @@ class _Rewriter(cst.CSTTransformer):
             if constructor == "tf_lossscale.DynamicLossScale":
                 return self._constructor_args(
                     original, updated, _DYNAMIC_PARAMS,
-                    table.from_dynamic_loss_scale_args, dynamic=True)
+                    config_conversion.from_dynamic_loss_scale_args, dynamic=True)
         try:
             value = _literal(original)
         except _Unconvertible as e:
@@ -316,7 +317,7 @@ class _Rewriter(cst.CSTTransformer):
                                  f"the rewriter cannot tell its kind; "
                                  f"{_BY_HAND}") from None
         try:
-            converted = table.from_legacy_loss_scale(value)
+            converted = config_conversion.from_legacy_loss_scale(value)
         except ValueError as e:
             raise _Unconvertible(str(e)) from None
         if converted["dynamic"]:

@@ -35,7 +35,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import keras
 
-from tf_lossscale import config_conversion as table
+from tf_lossscale.compat import legacy_names as table
 from tf_lossscale.compat import policy as policy_lib
 
 __all__ = ["install", "installed", "uninstall"]

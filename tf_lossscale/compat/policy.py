@@ -8,7 +8,7 @@ TF 2.1-2.3 spelt mixed precision as::
 
 A `Policy` here is a Keras 3 `DTypePolicy` (so layers use it as is) that
 also holds a loss scale: "auto", the default, means dynamic scaling for
-"mixed_float16" and none otherwise (`config_conversion.
+"mixed_float16" and none otherwise (`legacy_names.
 default_policy_loss_scale`). Keras 3's own `compile` wraps the optimizer in
 its `LossScaleOptimizer` whenever the policy is named "mixed_float16", with
 no way to pass a loss scale. `optimizer_for_compile` is what TF 2.3's compile
@@ -23,7 +23,7 @@ from typing import Any, Optional, Union
 import keras
 import tensorflow as tf
 
-from tf_lossscale import config_conversion
+from tf_lossscale.compat import legacy_names
 from tf_lossscale import experimental
 from tf_lossscale import loss_scale as loss_scale_lib
 
@@ -62,7 +62,7 @@ class Policy(keras.DTypePolicy):
         self._default_loss_scale = (isinstance(loss_scale, str)
                                     and loss_scale == "auto")
         if self._default_loss_scale:
-            loss_scale = config_conversion.default_policy_loss_scale(name)
+            loss_scale = legacy_names.default_policy_loss_scale(name)
         elif isinstance(loss_scale, dict):
             loss_scale = loss_scale_lib.deserialize(loss_scale)
         self._loss_scale = loss_scale_lib.get(loss_scale)
