@@ -2,6 +2,7 @@
 
 import sys
 
-from tf_lossscale.cli import main
+from tf_lossscale.cli import MODULE_PROG, main
 
-sys.exit(main())
+if __name__ == "__main__":
+    sys.exit(main(prog=MODULE_PROG))

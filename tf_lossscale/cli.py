@@ -1,16 +1,65 @@
-"""Command line: `python -m tf_lossscale {demo,bench,migrate}`.
+"""Command line: `tf-lossscale` or `python -m tf_lossscale`, with the
+subcommands demo, bench and migrate.
 
-Each subcommand is a thin adapter that imports its module lazily (so that
-`--help` does not pay for importing TensorFlow) and returns an exit code;
-the logic lives in `demo.py`, `bench.py` and `migrate.py`.
+Each subcommand is a thin adapter that imports its module lazily and returns
+an exit code; the logic lives in `demo.py`, `bench.py` and `migrate.py`.
+This module itself imports neither TensorFlow nor Keras, so that `--help`
+and `--version` answer at once and print none of TensorFlow's start-up lines.
 """
 
 from __future__ import annotations
 
 import argparse
-from typing import List, Optional
+import os
+import sys
+from typing import Any, List, Optional, Sequence, Union
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "main", "version"]
+
+# The name `python -m tf_lossscale` gives itself (see __main__.py); the
+# console script's name is taken from sys.argv[0].
+MODULE_PROG = "python -m tf_lossscale"
+SCRIPT_PROG = "tf-lossscale"
+
+
+def version() -> str:
+    """The installed distribution's version; the source tree's if none."""
+    from importlib import metadata
+    try:
+        return metadata.version("tf_lossscale")
+    except metadata.PackageNotFoundError:  # run from a source tree
+        from tf_lossscale import __version__
+        return __version__
+
+
+def _prog_from_argv0() -> str:
+    """How the program was invoked, for usage lines and error messages."""
+    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    if name in ("__main__.py", "__main__"):
+        return MODULE_PROG
+    if not name or name.startswith("-"):  # `python -c ...`, an embedder
+        return SCRIPT_PROG
+    if name.lower().endswith(".exe"):
+        name = name[:-4]
+    return name
+
+
+class _VersionAction(argparse.Action):
+    """`--version`: reads the version only when asked (metadata is slow
+    enough to notice on every `--help`)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str,
+                 **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0,
+                         default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser,
+                 namespace: argparse.Namespace,
+                 values: Union[str, Sequence[Any], None],
+                 option_string: Optional[str] = None) -> None:
+        sys.stdout.write(f"tf_lossscale {version()}\n")
+        sys.stdout.flush()
+        parser.exit()
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -28,10 +77,13 @@ def _migrate(args: argparse.Namespace) -> int:
     return migrate.run(paths=args.paths, write=args.write)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
+    """The parser; `prog` defaults to how this process was invoked."""
     parser = argparse.ArgumentParser(
-        prog="python -m tf_lossscale",
+        prog=prog or _prog_from_argv0(),
         description="Loss scaling for mixed-precision TensorFlow training.")
+    parser.add_argument("--version", action=_VersionAction,
+                        help="print tf_lossscale's version and exit")
     commands = parser.add_subparsers(dest="command", required=True)
 
     demo = commands.add_parser(
@@ -64,7 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    """Parses `argv` (default: `sys.argv[1:]`) and runs the subcommand."""
-    args = build_parser().parse_args(argv)
+def main(argv: Optional[List[str]] = None,
+         prog: Optional[str] = None) -> int:
+    """Parses `argv` (default: `sys.argv[1:]`) and runs the subcommand.
+
+    `prog` names the program in usage lines; by default it is taken from
+    `sys.argv[0]` (`tf-lossscale` for the console script).
+    """
+    args = build_parser(prog).parse_args(argv)
     return args.run(args)

@@ -1,0 +1,154 @@
+"""The command line as a user meets it: run as subprocesses, both as the
+`tf-lossscale` console script and as `python -m tf_lossscale`.
+
+`--help` and `--version` must answer without importing TensorFlow (no
+start-up lines, no seconds spent loading it), and each invocation must call
+itself by the name it was invoked with.
+"""
+
+import importlib.metadata
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import tf_lossscale
+from tf_lossscale import cli
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _env() -> dict:
+    """The caller's environment without TF_CPP_MIN_LOG_LEVEL, so that an
+    import of TensorFlow would show its start-up lines on stderr."""
+    env = dict(os.environ)
+    env.pop("TF_CPP_MIN_LOG_LEVEL", None)
+    return env
+
+
+def _run(cmd: list) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True,
+                          text=True, timeout=300, check=False)
+
+
+def _console_script() -> str:
+    """The `tf-lossscale` script that installing the package made."""
+    name = "tf-lossscale.exe" if os.name == "nt" else "tf-lossscale"
+    for folder in (Path(sys.executable).parent,
+                   Path(sysconfig.get_path("scripts"))):
+        if (folder / name).is_file():
+            return str(folder / name)
+    found = shutil.which("tf-lossscale")
+    assert found, ("no tf-lossscale console script beside "
+                   f"{sys.executable}: install the package (pip install -e .)")
+    return found
+
+
+MODULE = [sys.executable, "-m", "tf_lossscale"]
+
+
+def _installed_version() -> str:
+    return importlib.metadata.version("tf_lossscale")
+
+
+def test_version_as_module():
+    result = _run(MODULE + ["--version"])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"tf_lossscale {_installed_version()}\n"
+    assert re.fullmatch(r"tf_lossscale \d+\.\d+\.\d+\n", result.stdout)
+
+
+def test_version_as_console_script():
+    result = _run([_console_script(), "--version"])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"tf_lossscale {_installed_version()}\n"
+
+
+def test_version_falls_back_to_the_source_tree(monkeypatch):
+    def not_installed(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", not_installed)
+    assert cli.version() == tf_lossscale.__version__
+
+
+def test_help_as_module_names_the_module():
+    result = _run(MODULE + ["--help"])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(
+        "usage: python -m tf_lossscale [-h] [--version] "
+        "{demo,bench,migrate} ...\n")
+    for command in ("demo", "bench", "migrate"):
+        assert re.search(rf"^\s+{command}\s+\S", result.stdout, re.MULTILINE), \
+            result.stdout
+
+
+def test_help_as_console_script_names_the_script():
+    result = _run([_console_script(), "--help"])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(
+        "usage: tf-lossscale [-h] [--version] {demo,bench,migrate} ...\n")
+    assert "python -m" not in result.stdout
+
+
+def test_subcommand_help_keeps_the_program_name():
+    script = _run([_console_script(), "demo", "--help"])
+    assert script.returncode == 0, script.stderr
+    assert script.stdout.startswith("usage: tf-lossscale demo [-h]")
+    module = _run(MODULE + ["migrate", "--help"])
+    assert module.returncode == 0, module.stderr
+    assert module.stdout.startswith(
+        "usage: python -m tf_lossscale migrate [-h] [--write] PATH")
+
+
+def test_missing_subcommand_is_a_usage_error_under_the_invoked_name():
+    script = _run([_console_script()])
+    assert script.returncode == 2
+    assert script.stdout == ""
+    assert script.stderr.splitlines()[-1] == (
+        "tf-lossscale: error: the following arguments are required: "
+        "command")
+    module = _run(MODULE + ["frobnicate"])
+    assert module.returncode == 2
+    assert module.stderr.splitlines()[-1].startswith(
+        "python -m tf_lossscale: error: argument command: invalid choice: "
+        "'frobnicate'")
+
+
+def test_help_and_version_print_no_tensorflow_start_up_lines():
+    for args in (["--help"], ["--version"], ["demo", "--help"]):
+        for cmd in (MODULE, [_console_script()]):
+            result = _run(cmd + args)
+            assert result.returncode == 0, result.stderr
+            assert result.stderr == "", (cmd + args, result.stderr)
+
+
+def _imported_modules(importtime_stderr: str) -> set:
+    """Module names from `-X importtime` lines ("import time: a | b | name")."""
+    names = set()
+    for line in importtime_stderr.splitlines():
+        if line.startswith("import time:") and "|" in line:
+            name = line.rsplit("|", 1)[1].strip()
+            if name != "package":  # the header line
+                names.add(name)
+    return names
+
+
+def test_help_and_version_do_not_import_tensorflow():
+    env = _env()
+    env["PYTHONPROFILEIMPORTTIME"] = "1"  # as -X importtime, for the script
+    for args in (["--help"], ["--version"], ["bench", "--help"]):
+        for cmd in (MODULE, [sys.executable, _console_script()]):
+            result = subprocess.run(cmd + args, cwd=REPO, env=env,
+                                    capture_output=True, text=True,
+                                    timeout=300, check=False)
+            assert result.returncode == 0, result.stderr[-2000:]
+            imported = _imported_modules(result.stderr)
+            assert "tf_lossscale.cli" in imported, result.stderr[-2000:]
+            heavy = sorted(m for m in imported
+                           if m.split(".")[0] in ("tensorflow", "keras",
+                                                  "tf_keras"))
+            assert heavy == [], (cmd + args, heavy[:10])
