@@ -6,10 +6,12 @@ import sys
 import textwrap
 
 import keras
+import numpy as np
 import pytest
 import tensorflow as tf
 
 import tf_lossscale
+import tf_lossscale.keras_optimizer
 from tf_lossscale import compat
 from tf_lossscale.compat import legacy_names
 from tf_lossscale.compat import __main__ as runner
@@ -75,12 +77,18 @@ def test_legacy_names_are_gone_without_the_shim():
 def test_uninstall_restores_every_namespace_exactly():
     before = _namespaces()
     v1_class = tf.compat.v1.mixed_precision.DynamicLossScale
+    v1_rewrite = tf.compat.v1.mixed_precision.enable_mixed_precision_graph_rewrite
+    mixed_precision = tf.keras.mixed_precision
     meta_path, modules = list(sys.meta_path), set(sys.modules)
     compat.install()
     compat.uninstall()
     assert _namespaces() == before
     assert tf.compat.v1.mixed_precision.DynamicLossScale is v1_class
+    assert (tf.compat.v1.mixed_precision.enable_mixed_precision_graph_rewrite
+            is v1_rewrite)
+    assert tf.keras.mixed_precision is mixed_precision is keras.mixed_precision
     assert "compile" not in vars(keras.Model)
+    assert "loss_scale" not in vars(tf_lossscale.experimental.LossScaleOptimizer)
     assert sys.meta_path == meta_path
     assert set(sys.modules) == modules
 
@@ -249,6 +257,179 @@ def test_compile_without_the_shim_uses_keras_own_wrapper(float32_afterwards):
     assert isinstance(optimizer, keras.mixed_precision.LossScaleOptimizer)
 
 
+# TF 2.4-2.15: tf.keras.mixed_precision.LossScaleOptimizer is ours.
+
+def test_tf_keras_name_is_ours_and_plain_keras_keeps_its_own(shim):
+    assert tf.keras.mixed_precision.LossScaleOptimizer is (
+        tf_lossscale.LossScaleOptimizer)
+    from tensorflow.keras import mixed_precision
+    assert mixed_precision.LossScaleOptimizer is tf_lossscale.LossScaleOptimizer
+    assert keras.mixed_precision.LossScaleOptimizer.__module__.startswith(
+        "keras.")
+    assert tf.keras.mixed_precision.Policy is keras.mixed_precision.Policy
+
+
+def test_tf_2_4_optimizer_api_works_under_the_shim(shim):
+    opt = tf.keras.mixed_precision.LossScaleOptimizer(
+        tf.keras.optimizers.SGD(1.0), dynamic=False, initial_scale=128)
+    var = tf.Variable([2.0])
+    with tf.GradientTape() as tape:
+        loss = opt.get_scaled_loss(tf.reduce_sum(var * var))
+    grads = opt.get_unscaled_gradients(tape.gradient(loss, [var]))
+    opt.apply_gradients(zip(grads, [var]))
+    assert float(loss) == 512.0
+    assert var.numpy().tolist() == [-2.0]
+    assert float(opt.loss_scale) == 128.0 and opt.dynamic_counter is None
+    assert isinstance(opt, tf.keras.mixed_precision.LossScaleOptimizer)
+
+
+def test_compile_under_mixed_float16_wraps_in_ours(shim):
+    tf.keras.mixed_precision.set_global_policy("mixed_float16")
+    optimizer = _compiled("adam").optimizer
+    assert isinstance(optimizer, tf.keras.mixed_precision.LossScaleOptimizer)
+    assert type(optimizer) is tf_lossscale.keras_optimizer.KerasLossScaleOptimizer
+    assert (optimizer.dynamic, optimizer.initial_scale,
+            optimizer.dynamic_growth_steps) == (True, 2.0**15, 2000)
+    assert isinstance(optimizer.inner_optimizer, keras.optimizers.Adam)
+    assert float(optimizer.get_scaled_loss(tf.constant(2.0))) == 65536.0
+
+
+def test_compile_with_auto_scale_loss_false_or_float32_does_not_wrap(shim):
+    tf.keras.mixed_precision.set_global_policy("mixed_float16")
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse", auto_scale_loss=False)
+    assert type(model.optimizer) is keras.optimizers.SGD
+    tf.keras.mixed_precision.set_global_policy("float32")
+    assert type(_compiled().optimizer) is keras.optimizers.SGD
+
+
+def test_fit_under_mixed_float16_trains_and_lowers_the_scale(shim):
+    tf.keras.mixed_precision.set_global_policy("mixed_float16")
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8),
+                              keras.layers.Dense(1, dtype="float32")])
+    model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
+    x = np.full((32, 4), 1000.0, "float32")  # float16 gradients overflow.
+    model.fit(x, np.ones((32, 1), "float32"), batch_size=32, epochs=3,
+              verbose=0)
+    assert float(model.optimizer.loss_scale) == 2.0**12
+    assert int(model.optimizer.iterations) == 3
+
+
+# TF 2.1-2.3's experimental optimizer: loss_scale is a LossScale object.
+
+def _experimental(loss_scale):
+    with pytest.warns(DeprecationWarning):
+        return tf.keras.mixed_precision.experimental.LossScaleOptimizer(
+            tf.keras.optimizers.SGD(1.0), loss_scale)
+
+
+def test_experimental_loss_scale_is_callable_and_prints_as_tf_did(shim):
+    opt = _experimental("dynamic")
+    scale = opt.loss_scale()
+    assert isinstance(scale, tf.Tensor) and float(scale) == 2.0**15
+    assert repr(opt.loss_scale) == (
+        "DynamicLossScale(current_loss_scale=32768.0, num_good_steps=0, "
+        "initial_loss_scale=32768.0, increment_period=2000, multiplier=2.0)")
+    assert opt.loss_scale.get_config() == {
+        "initial_loss_scale": 32768.0, "increment_period": 2000,
+        "multiplier": 2.0}
+    fixed = _experimental(128)
+    assert str(fixed.loss_scale) == "FixedLossScale(128.0)"
+    assert fixed.loss_scale.get_config() == {"loss_scale_value": 128.0}
+
+
+def test_experimental_loss_scale_reads_live_inside_tf_function(shim):
+    opt = _experimental(tf_lossscale.DynamicLossScale(4.0, 1))
+    var = tf.Variable(1.0)
+
+    @tf.function
+    def step(grad):
+        opt.apply_gradients([(grad, var)])
+        return opt.loss_scale(), tf.cast(opt.loss_scale, tf.float16)
+
+    assert [float(v) for v in step(tf.constant(4.0))] == [8.0, 8.0]
+    assert [float(v) for v in step(tf.constant(np.inf))] == [4.0, 4.0]
+    assert float(var) == 0.0  # 1 - 4/4; the inf step changed nothing.
+    assert "current_loss_scale=4.0, num_good_steps=0" in repr(opt.loss_scale)
+
+
+def test_experimental_loss_scale_is_a_tensor_again_after_uninstall():
+    compat.install()
+    opt = _experimental(8)
+    compat.uninstall()
+    assert isinstance(opt.loss_scale, tf.Tensor)
+
+
+# enable_mixed_precision_graph_rewrite, every spelling.
+
+REWRITE_SPELLINGS = ["tensorflow.train.experimental",
+                     "tensorflow.compat.v1.train.experimental",
+                     "tensorflow.compat.v1.mixed_precision"]
+
+
+@pytest.fixture
+def rewrite_off():
+    yield
+    tf.config.optimizer.set_experimental_options(
+        {"auto_mixed_precision": False})
+    from tensorflow.python.training.experimental import (
+        mixed_precision_global_state)
+    mixed_precision_global_state.set_mixed_precision_graph_rewrite_enabled(
+        False)
+
+
+def _amp():
+    return tf.config.optimizer.get_experimental_options().get(
+        "auto_mixed_precision")
+
+
+@pytest.mark.parametrize("namespace", REWRITE_SPELLINGS)
+def test_graph_rewrite_wraps_a_keras_optimizer_as_tf_did(shim, rewrite_off,
+                                                         namespace):
+    enable = _lookup(f"{namespace}.enable_mixed_precision_graph_rewrite")
+    disable = _lookup(f"{namespace}.disable_mixed_precision_graph_rewrite")
+    inner = keras.optimizers.SGD()
+    opt = enable(inner, loss_scale=64)
+    assert type(opt) is tf_lossscale.experimental.KerasExperimentalLossScaleOptimizer
+    assert opt.inner_optimizer is inner
+    assert (opt.dynamic, opt.initial_scale) == (False, 64.0)
+    assert _amp() is True
+    disable()
+    assert _amp() is False
+
+
+def test_graph_rewrite_wraps_a_tf1_optimizer_and_flags_sessions(shim,
+                                                                 rewrite_off):
+    from tensorflow.python.training.experimental import (
+        mixed_precision_global_state as state)
+    opt = tf.train.experimental.enable_mixed_precision_graph_rewrite(
+        tf.compat.v1.train.GradientDescentOptimizer(0.1))
+    assert type(opt) is tf_lossscale.MixedPrecisionLossScaleOptimizer
+    assert state.is_mixed_precision_graph_rewrite_enabled()
+    tf.train.experimental.disable_mixed_precision_graph_rewrite()
+    assert not state.is_mixed_precision_graph_rewrite_enabled()
+
+
+@pytest.mark.parametrize("opt,message", [
+    (lambda: tf_lossscale.LossScaleOptimizer(keras.optimizers.SGD()),
+     "must not already be a loss-scale optimizer"),
+    (lambda: "sgd", "must be an instance of a tf.compat.v1.train.Optimizer "
+     "or of a Keras optimizer, but got 'sgd'"),
+], ids=["wrapped", "string"])
+def test_graph_rewrite_refuses_what_tf_refused(shim, rewrite_off, opt,
+                                                message):
+    with pytest.raises(ValueError, match=message):
+        tf.train.experimental.enable_mixed_precision_graph_rewrite(opt())
+    assert not _amp()
+
+
+def test_graph_rewrite_refuses_a_mixed_policy(shim, rewrite_off):
+    tf.keras.mixed_precision.set_global_policy("mixed_float16")
+    with pytest.raises(ValueError, match="'mixed_float16'"):
+        tf.train.experimental.enable_mixed_precision_graph_rewrite(
+            keras.optimizers.SGD())
+
+
 # The runner, in-process where it does not run a script.
 
 def test_runner_without_a_script_prints_usage_and_exits_2(capsys):
@@ -319,25 +500,92 @@ def test_compat_public_names_are_the_documented_list():
         "uninstall"]
 
 
-def test_set_policy_refuses_keras_3_policy_when_tf_keras_is_tf_keras():
-    script = textwrap.dedent("""\
-        import tensorflow as tf
-        import tf_keras
-        import tf_lossscale
-        from tf_lossscale import compat
-        compat.install()
-        mp = tf.keras.mixed_precision.experimental
-        opt = mp.LossScaleOptimizer(tf.keras.optimizers.SGD(), loss_scale=8)
-        assert isinstance(opt.inner_optimizer, tf_keras.optimizers.SGD)
-        assert isinstance(opt, tf_lossscale.LossScaleOptimizer)
-        try:
-            mp.set_policy("mixed_float16")
-        except RuntimeError as e:
-            print(e)
-        """)
+# With TF_USE_LEGACY_KERAS=1, in a process of its own.
+
+TF_KERAS_SCRIPT = """\
+import numpy as np
+import tf_keras
+import tf_lossscale
+import tf_lossscale.keras_optimizer
+from tf_lossscale import compat
+compat.install()
+import tensorflow as tf
+from tensorflow.keras.mixed_precision import experimental as mixed_precision
+
+
+def model():
+    return tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(8),
+                                tf.keras.layers.Dense(1, dtype="float32")])
+
+
+# The module-import spelling sets tf_keras' policy, which its layers read.
+mixed_precision.set_policy("mixed_float16")
+assert tf.keras.mixed_precision.experimental is mixed_precision
+policy = tf_keras.mixed_precision.global_policy()
+assert policy is mixed_precision.global_policy()
+print("policy", type(policy).__module__, repr(policy))
+m = model()
+print("compute", m.layers[0].compute_dtype)
+m.compile(optimizer=tf.keras.optimizers.SGD(0.01), loss="mse")
+opt = m.optimizer
+print("compiled", type(opt).__name__, opt.loss_scale)
+assert isinstance(opt, tf.keras.mixed_precision.experimental.LossScaleOptimizer)
+m.fit(np.full((8, 4), 0.01), np.zeros((8, 1)), epochs=1, verbose=0)
+print("after fit", float(opt.loss_scale()), int(opt.iterations))
+
+# A fixed scale on the policy; the attribute spelling.
+tf.keras.mixed_precision.experimental.set_policy(
+    tf.keras.mixed_precision.experimental.Policy("mixed_float16",
+                                                 loss_scale=256))
+m = model()
+m.compile(optimizer="sgd", loss="mse")
+print("fixed", m.optimizer.loss_scale,
+      tf.keras.mixed_precision.experimental.global_policy().loss_scale)
+
+# TF 2.4-2.15: the non-experimental names.
+tf.keras.mixed_precision.set_global_policy("mixed_float16")
+m = model()
+m.compile(optimizer="adam", loss="mse")
+assert isinstance(m.optimizer, tf.keras.mixed_precision.LossScaleOptimizer)
+print("tf 2.4 compile", type(m.optimizer).__name__,
+      type(m.optimizer.inner_optimizer).__module__)
+tf.keras.mixed_precision.set_global_policy("float32")
+opt = tf.train.experimental.enable_mixed_precision_graph_rewrite(
+    tf.keras.optimizers.SGD(0.1), loss_scale="dynamic")
+print("rewrite", type(opt).__name__,
+      tf.config.optimizer.get_experimental_options()["auto_mixed_precision"])
+try:
+    compat.set_policy("mixed_float16")
+except RuntimeError as e:
+    print("keras 3 set_policy:", e)
+compat.uninstall()
+print("uninstalled", tf.keras.mixed_precision.LossScaleOptimizer is (
+    tf_keras.mixed_precision.LossScaleOptimizer))
+"""
+
+
+def test_tf_keras_flavour_of_every_spelling():
     result = subprocess.run(
-        [sys.executable, "-W", "ignore::DeprecationWarning", "-c", script],
+        [sys.executable, "-W", "ignore::DeprecationWarning", "-c",
+         TF_KERAS_SCRIPT],
         cwd=REPO, capture_output=True, text=True, timeout=300,
-        env={**os.environ, "TF_USE_LEGACY_KERAS": "1"})
+        env={**os.environ, "TF_USE_LEGACY_KERAS": "1",
+             "TF_CPP_MIN_LOG_LEVEL": "3"})
     assert result.returncode == 0, result.stderr
-    assert "tf.keras is tf_keras here (TF_USE_LEGACY_KERAS=1)" in result.stdout
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(
+        "policy tf_lossscale.compat.tf_keras_policy <Policy \"mixed_float16\","
+        " loss_scale=DynamicLossScale(current_loss_scale=32768.0, ")
+    assert lines[1] == "compute float16"
+    assert lines[2] == (
+        "compiled TfKerasExperimentalLossScaleOptimizer DynamicLossScale("
+        "current_loss_scale=32768.0, num_good_steps=0, initial_loss_scale="
+        "32768.0, increment_period=2000, multiplier=2.0)")
+    assert lines[3] == "after fit 32768.0 1"
+    assert lines[4] == "fixed FixedLossScale(256.0) FixedLossScale(256.0)"
+    assert lines[5] == ("tf 2.4 compile TfKerasLossScaleOptimizer "
+                        "tf_keras.src.optimizers.adam")
+    assert lines[6] == "rewrite TfKerasExperimentalLossScaleOptimizer True"
+    assert lines[7].startswith("keras 3 set_policy: tf_lossscale.compat."
+                               "set_policy sets the Keras 3 policy")
+    assert lines[8] == "uninstalled True"

@@ -2,31 +2,49 @@
 
 Each legacy spelling (`tensorflow` for `tf`) maps to the object the migration
 shim binds it to and the name the rewriter writes instead; both read this
-table, and nothing else in the package names a legacy spelling.
+table, and nothing else in the package names a legacy spelling. This module
+imports nothing but the standard library, so the rewriter stays free of
+TensorFlow.
 """
 
 from __future__ import annotations
 
-from typing import Dict, NamedTuple, Optional
+from typing import Dict, FrozenSet, NamedTuple, Optional
 
 __all__ = [
+    "GRAPH_REWRITE",
+    "KERAS_OPTIMIZER_MODULES",
     "LEGACY_NAMES",
+    "LOSS_SCALE_OPTIMIZERS",
     "LegacyName",
+    "POLICY_CLASSES",
+    "POLICY_GETTERS",
+    "POLICY_SETTERS",
+    "PROXIED_MODULES",
+    "V1_OPTIMIZER_MODULES",
     "VANISHED_MODULES",
     "default_policy_loss_scale",
 ]
 
-# The legacy names: what users of TF 2.1-2.4 wrote (`tensorflow` for `tf`),
-# what the migration shim `tf_lossscale.compat` binds each to, and what the
-# rewriter `tf_lossscale.compat.migrate` writes instead. Both read this table.
-
 
 class LegacyName(NamedTuple):
-    shim: str  # The object the shim binds the legacy name to.
-    current: str  # The name the rewriter writes instead.
+    """What one legacy name becomes.
+
+    Attributes:
+      shim: the object the shim binds the legacy name to (dotted path).
+      current: the name the rewriter writes instead; None when the rewriter
+        replaces every call of it whole (see `GRAPH_REWRITE`).
+      shim_tf_keras: the object the shim binds instead when `tf.keras` is
+        tf_keras (TF_USE_LEGACY_KERAS=1); None if it is `shim` there too.
+    """
+
+    shim: str
+    current: Optional[str]
+    shim_tf_keras: Optional[str] = None
 
 
-_KERAS_EXPERIMENTAL = "tensorflow.keras.mixed_precision.experimental"
+_KERAS_MP = "tensorflow.keras.mixed_precision"
+_KERAS_EXPERIMENTAL = f"{_KERAS_MP}.experimental"
 _LOSS_SCALE_NAMESPACES = (
     "tensorflow.train.experimental",
     "tensorflow.compat.v1.train.experimental",
@@ -39,6 +57,24 @@ _V1_OPTIMIZER_NAMESPACES = (
     "tensorflow.compat.v1.train.experimental",
     "tensorflow.compat.v1.mixed_precision",
 )
+# Where TF 2.1-2.15 exported enable_/disable_mixed_precision_graph_rewrite.
+_GRAPH_REWRITE_NAMESPACES = (
+    "tensorflow.train.experimental",
+    "tensorflow.compat.v1.train.experimental",
+    "tensorflow.compat.v2.train.experimental",
+    "tensorflow.mixed_precision.experimental",
+    "tensorflow.compat.v1.mixed_precision",
+)
+_GRAPH_REWRITE_SHIM = "tf_lossscale.compat.graph_rewrite"
+_POLICY_SHIM = "tf_lossscale.compat.policy"
+_TF_KERAS_POLICY_SHIM = "tf_lossscale.compat.tf_keras_policy"
+
+
+def _policy_api(legacy: str, current: str) -> LegacyName:
+    """A TF 2.1-2.3 policy function or class, per Keras flavour."""
+    return LegacyName(f"{_POLICY_SHIM}.{legacy}", f"{_KERAS_MP}.{current}",
+                      f"{_TF_KERAS_POLICY_SHIM}.{legacy}")
+
 
 LEGACY_NAMES: Dict[str, LegacyName] = {
     **{f"{ns}.{cls}": LegacyName(f"tf_lossscale.{cls}", f"tf_lossscale.{cls}")
@@ -48,30 +84,76 @@ LEGACY_NAMES: Dict[str, LegacyName] = {
         "tf_lossscale.MixedPrecisionLossScaleOptimizer",
         "tf_lossscale.MixedPrecisionLossScaleOptimizer")
        for ns in _V1_OPTIMIZER_NAMESPACES},
-    # `loss_scale=` becomes dynamic/initial_scale/dynamic_growth_steps.
+    # TF 2.1-2.3: `loss_scale=` becomes dynamic/initial_scale/
+    # dynamic_growth_steps.
     f"{_KERAS_EXPERIMENTAL}.LossScaleOptimizer": LegacyName(
         "tf_lossscale.experimental.LossScaleOptimizer",
         "tf_lossscale.LossScaleOptimizer"),
+    # TF 2.4-2.15: Keras 3's class of that name lacks get_scaled_loss,
+    # get_unscaled_gradients, minimize and dynamic=False.
+    f"{_KERAS_MP}.LossScaleOptimizer": LegacyName(
+        "tf_lossscale.LossScaleOptimizer", "tf_lossscale.LossScaleOptimizer"),
     # TF 2.1-2.3's policy API; the current Policy takes no `loss_scale`.
-    f"{_KERAS_EXPERIMENTAL}.Policy": LegacyName(
-        "tf_lossscale.compat.Policy",
-        "tensorflow.keras.mixed_precision.Policy"),
-    f"{_KERAS_EXPERIMENTAL}.set_policy": LegacyName(
-        "tf_lossscale.compat.set_policy",
-        "tensorflow.keras.mixed_precision.set_global_policy"),
-    f"{_KERAS_EXPERIMENTAL}.global_policy": LegacyName(
-        "tf_lossscale.compat.global_policy",
-        "tensorflow.keras.mixed_precision.global_policy"),
+    f"{_KERAS_EXPERIMENTAL}.Policy": _policy_api("Policy", "Policy"),
+    f"{_KERAS_EXPERIMENTAL}.set_policy": _policy_api(
+        "set_policy", "set_global_policy"),
+    f"{_KERAS_EXPERIMENTAL}.global_policy": _policy_api(
+        "global_policy", "global_policy"),
+    # Rewritten call by call: an optimizer wrapper plus TensorFlow's own
+    # `auto_mixed_precision` option.
+    **{f"{ns}.{verb}_mixed_precision_graph_rewrite": LegacyName(
+        f"{_GRAPH_REWRITE_SHIM}.{verb}_mixed_precision_graph_rewrite", None)
+       for ns in _GRAPH_REWRITE_NAMESPACES for verb in ("enable", "disable")},
 }
 
 # Namespaces today's TensorFlow no longer has: the shim creates them; the
 # rewriter turns an import of one into an import of its current module, or
 # drops it (None) when every member moved to tf_lossscale.
 VANISHED_MODULES: Dict[str, Optional[str]] = {
-    _KERAS_EXPERIMENTAL: "tensorflow.keras.mixed_precision",
+    _KERAS_EXPERIMENTAL: _KERAS_MP,
     "tensorflow.mixed_precision": None,
     "tensorflow.mixed_precision.experimental": None,
 }
+
+# Namespaces that are the same module object as a namespace of Keras itself
+# (`tf.keras.mixed_precision is keras.mixed_precision` with Keras 3): the
+# shim gives `tf.<path>` a patched copy, so `import keras` code keeps Keras'
+# own names.
+PROXIED_MODULES: FrozenSet[str] = frozenset({_KERAS_MP})
+
+# The rewriter's view of what a call makes. Prefixes of qualified names.
+KERAS_OPTIMIZER_MODULES = (
+    "tensorflow.keras.optimizers.", "tensorflow.optimizers.",
+    "keras.optimizers.", "tf_keras.optimizers.",
+)
+V1_OPTIMIZER_MODULES = ("tensorflow.compat.v1.train.", "tensorflow.train.")
+LOSS_SCALE_OPTIMIZERS: FrozenSet[str] = frozenset({
+    "tf_lossscale.LossScaleOptimizer",
+    "tf_lossscale.experimental.LossScaleOptimizer",
+    "tf_lossscale.MixedPrecisionLossScaleOptimizer",
+    "keras.mixed_precision.LossScaleOptimizer",
+    "keras.optimizers.LossScaleOptimizer",
+    "tf_keras.mixed_precision.LossScaleOptimizer",
+    *(name for name, entry in LEGACY_NAMES.items()
+      if entry.current in ("tf_lossscale.LossScaleOptimizer",
+                           "tf_lossscale.MixedPrecisionLossScaleOptimizer")),
+})
+GRAPH_REWRITE: Dict[str, bool] = {
+    name: name.rsplit(".", 1)[1].startswith("enable")
+    for name, entry in LEGACY_NAMES.items() if entry.current is None
+}
+POLICY_CLASSES: FrozenSet[str] = frozenset({
+    f"{_KERAS_EXPERIMENTAL}.Policy", f"{_KERAS_MP}.Policy",
+    "keras.mixed_precision.Policy", "keras.DTypePolicy",
+    "keras.mixed_precision.DTypePolicy"})
+POLICY_GETTERS: FrozenSet[str] = frozenset({
+    f"{_KERAS_EXPERIMENTAL}.global_policy", f"{_KERAS_MP}.global_policy",
+    "keras.mixed_precision.global_policy", "keras.config.dtype_policy"})
+POLICY_SETTERS: FrozenSet[str] = frozenset({
+    f"{_KERAS_EXPERIMENTAL}.set_policy", f"{_KERAS_MP}.set_global_policy",
+    "keras.mixed_precision.set_global_policy",
+    "keras.mixed_precision.set_dtype_policy", "keras.config.set_dtype_policy",
+})
 
 
 def default_policy_loss_scale(policy_name: str) -> Optional[str]:

@@ -1,23 +1,28 @@
 """`install()` / `uninstall()`: the legacy loss-scaling names on today's TF.
 
-`install()` binds every legacy name of `config_conversion.LEGACY_NAMES` to
-its `shim` object, in the namespaces a TF 2.1-2.4 script reaches it through:
+`install()` binds every legacy name of `legacy_names.LEGACY_NAMES` to its
+shim object (the tf_keras one when `tf.keras` is tf_keras), in the
+namespaces a TF 2.1-2.15 script reaches it through:
 
 - attributes: `tf.train.experimental.DynamicLossScale` and the like are set
   on the module objects `tf.<path>` resolves to (for `tf.keras`, the Keras
   module behind TensorFlow's lazy loader), and on `sys.modules["tensorflow.
   <path>"]` when TensorFlow has also been imported under that name;
-- namespaces TensorFlow no longer has (`config_conversion.VANISHED_MODULES`,
+- a namespace that is also Keras' own (`legacy_names.PROXIED_MODULES`:
+  `tf.keras.mixed_precision is keras.mixed_precision`) is first replaced,
+  under `tf.keras` only, by a copy, so that code that imports `keras`
+  keeps Keras' own classes;
+- namespaces TensorFlow no longer has (`legacy_names.VANISHED_MODULES`,
   e.g. `tf.keras.mixed_precision.experimental`) are created as modules, set
   as attributes of their parents and entered in `sys.modules`, so that
   `import tensorflow.keras.mixed_precision.experimental as mp` works;
 - an import hook (`_PatchingFinder`): `import tensorflow.train.experimental`
   and the like load a second copy of a TensorFlow namespace module after
   `install()`; the hook sets the legacy names on such a copy as it loads;
-- `keras.Model.compile` is wrapped so that under a TF 2.1-2.3 `Policy` it
-  wraps the optimizer with the policy's loss scale, as TF 2.3 did
-  (`policy.optimizer_for_compile`). Keras 3 offers no hook there: its
-  compile wraps the optimizer in its own `LossScaleOptimizer` inline.
+- `tf.keras.Model.compile` is wrapped so that it wraps the optimizer as TF
+  2.1-2.15 did (`compile_hook`);
+- the experimental optimizer's `loss_scale` becomes TF 2.1-2.3's
+  `LossScale` object (`loss_scale_view`).
 
 Every change is recorded; `uninstall()` undoes them in reverse order, so the
 namespaces hold exactly what they held before. Both are idempotent.
@@ -25,7 +30,6 @@ namespaces hold exactly what they held before. Both are idempotent.
 
 from __future__ import annotations
 
-import functools
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -33,10 +37,13 @@ import sys
 import types
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-import keras
+import tensorflow as tf
 
+from tf_lossscale import experimental
+from tf_lossscale.compat import compile_hook
 from tf_lossscale.compat import legacy_names as table
-from tf_lossscale.compat import policy as policy_lib
+from tf_lossscale.compat import loss_scale_view
+from tf_lossscale.compat import policy
 
 __all__ = ["install", "installed", "uninstall"]
 
@@ -81,16 +88,22 @@ def _resolve(dotted: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-def _plan() -> Dict[str, Dict[str, Any]]:
+def _plan(tf_keras: bool) -> Dict[str, Dict[str, Any]]:
     """Legacy namespace -> {name: object}, vanished namespaces included.
 
     A vanished namespace appears as a new module among its parent's names,
-    and under its own path with its members.
+    and under its own path with its members; a proxied one as a copy among
+    its parent's names, patched under its own path.
     """
     plan: Dict[str, Dict[str, Any]] = {}
+    for path in sorted(table.PROXIED_MODULES):
+        parent, attr = path.rsplit(".", 1)
+        for module in _existing_modules(path)[:1]:
+            plan.setdefault(parent, {})[attr] = _copy(module)
     for legacy, name in table.LEGACY_NAMES.items():
         namespace, attr = legacy.rsplit(".", 1)
-        plan.setdefault(namespace, {})[attr] = _resolve(name.shim)
+        shim = (name.shim_tf_keras or name.shim) if tf_keras else name.shim
+        plan.setdefault(namespace, {})[attr] = _resolve(shim)
     for path in sorted(table.VANISHED_MODULES):
         parent, attr = path.rsplit(".", 1)
         module = types.ModuleType(path, f"Legacy namespace {path}, "
@@ -159,20 +172,16 @@ class _PatchingFinder(importlib.abc.MetaPathFinder):
         return None
 
 
-def _hooked_compile(compile_fn: Any) -> Any:
-    """`keras.Model.compile`, wrapping the optimizer as TF 2.3 did."""
+def _current_loss_scale(optimizer: Any) -> Any:
+    """The experimental optimizer's `loss_scale` as the core defines it."""
+    return super(experimental.LossScaleOptimizer, optimizer).loss_scale
 
-    @functools.wraps(compile_fn)
-    def compile(self, optimizer="rmsprop", *args, **kwargs):  # noqa: A001
-        policy = self.dtype_policy
-        if isinstance(policy, policy_lib.Policy):
-            optimizer = policy_lib.optimizer_for_compile(policy, optimizer)
-            if policy.loss_scale is None:
-                # TF 2.3 scaled nothing then; Keras 3 would, for float16.
-                kwargs.setdefault("auto_scale_loss", False)
-        return compile_fn(self, optimizer, *args, **kwargs)
 
-    return compile
+def _copy(module: types.ModuleType) -> types.ModuleType:
+    """A new module object holding what `module` holds."""
+    copy = types.ModuleType(module.__name__, module.__doc__)
+    copy.__dict__.update(vars(module))
+    return copy
 
 
 _installed: Optional[Tuple[_Changes, _PatchingFinder]] = None
@@ -188,10 +197,11 @@ def install() -> None:
     global _installed
     if _installed is not None:
         return
-    plan = _plan()
+    tf_keras = policy.tf_keras_is_tf_keras()
+    plan = _plan(tf_keras)
     changes = _Changes()
     try:
-        _apply(plan, changes)
+        _apply(plan, changes, tf_keras)
     except BaseException:
         changes.undo()
         raise
@@ -202,7 +212,8 @@ def install() -> None:
     _installed = (changes, finder)
 
 
-def _apply(plan: Dict[str, Dict[str, Any]], changes: _Changes) -> None:
+def _apply(plan: Dict[str, Dict[str, Any]], changes: _Changes,
+           tf_keras: bool) -> None:
     vanished = {}
     for path in sorted(table.VANISHED_MODULES):
         parent, attr = path.rsplit(".", 1)
@@ -218,7 +229,11 @@ def _apply(plan: Dict[str, Dict[str, Any]], changes: _Changes) -> None:
         for target in targets:
             for attr, value in plan[path].items():
                 changes.set(target, attr, value)
-    changes.set(keras.Model, "compile", _hooked_compile(keras.Model.compile))
+    model = tf.keras.Model
+    changes.set(model, "compile", compile_hook.hooked(
+        model.compile, tf.keras.optimizers.get, keras_3=not tf_keras))
+    changes.set(experimental.LossScaleOptimizer, "loss_scale",
+                loss_scale_view.view_property(_current_loss_scale))
 
 
 def uninstall() -> None:

@@ -1,0 +1,95 @@
+"""The experimental optimizer's `loss_scale`, as TF 2.1-2.3 had it.
+
+In TF 2.1-2.3, `optimizer.loss_scale` of the experimental Keras
+`LossScaleOptimizer` was a `LossScale` object: `optimizer.loss_scale()`
+returned the current scale, `print(optimizer.loss_scale)` showed
+`DynamicLossScale(current_loss_scale=..., num_good_steps=...,
+initial_loss_scale=..., increment_period=..., multiplier=...)`, and
+`get_config()` its arguments. tf_lossscale's experimental optimizer gives
+the current scale itself (a tensor), as the current optimizer does.
+
+Under the shim, `loss_scale` of `tf_lossscale.experimental.
+LossScaleOptimizer` is a `LossScaleView` instead: all of the above, and
+also a tensor wherever one is expected (`tf.cast(view, ...)`, `loss *
+view`), through TensorFlow's `__tf_tensor__` protocol, so that the
+optimizer's own arithmetic is unchanged. (A stopgap until the core gives the
+experimental class this attribute itself; then this module goes.)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Optional
+
+import tensorflow as tf
+
+__all__ = ["LossScaleView", "view_property"]
+
+
+class LossScaleView:
+    """The loss scale of one experimental optimizer, read live.
+
+    Args:
+      optimizer: the experimental `LossScaleOptimizer`.
+      current: reads its current scale, a float32 scalar tensor.
+    """
+
+    def __init__(self, optimizer: Any,
+                 current: Callable[[Any], tf.Tensor]) -> None:
+        self._optimizer = optimizer
+        self._current = current
+
+    def __call__(self) -> tf.Tensor:
+        """The current loss scale, a float32 scalar tensor."""
+        return self._current(self._optimizer)
+
+    def __tf_tensor__(self, dtype: Optional[tf.DType] = None,
+                      name: Optional[str] = None) -> tf.Tensor:
+        return tf.convert_to_tensor(self(), dtype=dtype, name=name)
+
+    @property
+    def initial_loss_scale(self) -> float:
+        return float(self._optimizer.initial_scale)
+
+    @property
+    def increment_period(self) -> Optional[int]:
+        return self._optimizer.dynamic_growth_steps
+
+    @property
+    def multiplier(self) -> float:
+        return 2.0
+
+    def get_config(self) -> Dict[str, Any]:
+        """The config of the `LossScale` TF 2.1-2.3 would have held."""
+        if not self._optimizer.dynamic:
+            return {"loss_scale_value": self.initial_loss_scale}
+        return {"initial_loss_scale": self.initial_loss_scale,
+                "increment_period": self.increment_period,
+                "multiplier": self.multiplier}
+
+    def __repr__(self) -> str:
+        if not self._optimizer.dynamic:
+            return f"FixedLossScale({self.initial_loss_scale})"
+        arguments = (f"initial_loss_scale={self.initial_loss_scale}, "
+                     f"increment_period={self.increment_period}, "
+                     f"multiplier={self.multiplier}")
+        if not tf.executing_eagerly():
+            return f"DynamicLossScale({arguments})"
+        current = float(self())
+        good_steps = int(self._optimizer.dynamic_counter)
+        return (f"DynamicLossScale(current_loss_scale={current}, "
+                f"num_good_steps={good_steps}, {arguments})")
+
+
+def view_property(current: Callable[[Any], tf.Tensor]) -> property:
+    """A `loss_scale` property returning a `LossScaleView`.
+
+    Args:
+      current: the property's getter it replaces, which returns the
+        current scale as a tensor.
+    """
+
+    def loss_scale(self: Any) -> LossScaleView:
+        """The loss scale, as TF 2.1-2.3's `LossScale` object."""
+        return LossScaleView(self, current)
+
+    return property(loss_scale)

@@ -1,0 +1,166 @@
+"""The rewriter: legacy loss-scaling source in, current source out.
+
+`rewrite(source)` is pure text to text. One libcst pass applies the rules,
+each in a module of its own:
+
+- `names`: legacy names become their current spelling;
+- `calls`: calls whose arguments or meaning changed (loss scales, policies,
+  the graph rewrite, compile's implicit wrapper);
+- `loss_scale_reads`: `x.loss_scale` that meant a `LossScale` object;
+- `imports`: import statements follow their names.
+
+They share a `context.Context` (qualified names, notes, the module's
+`facts`). What a rule cannot convert is kept and reported as a `Note`.
+libcst keeps comments and formatting. Nothing here imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+from typing import Any, List, Optional, Sequence, Tuple, Union
+
+import libcst as cst
+from libcst.codemod import CodemodContext
+from libcst.codemod.visitors import AddImportsVisitor, ImportItem
+
+from tf_lossscale.compat.rewrite import calls
+from tf_lossscale.compat.rewrite import imports
+from tf_lossscale.compat.rewrite import loss_scale_reads
+from tf_lossscale.compat.rewrite import names
+from tf_lossscale.compat.rewrite.context import METADATA, Context
+from tf_lossscale.compat.rewrite.syntax import Note
+
+__all__ = ["Note", "rewrite"]
+
+
+class _Transformer(cst.CSTTransformer):
+    """Dispatches each node to the rules that apply to its kind."""
+
+    METADATA_DEPENDENCIES = METADATA
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ctx: Optional[Context] = None
+
+    def _context(self) -> Context:
+        assert self.ctx is not None, "visit_Module sets it first"
+        return self.ctx
+
+    def visit_Module(self, node: cst.Module) -> None:
+        self.ctx = Context(node, self.get_metadata)
+
+    # Imports are rewritten whole, by statement line.
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        return False
+
+    def visit_SimpleStatementLine(self,
+                                  node: cst.SimpleStatementLine) -> None:
+        self._context().enter_statement()
+
+    def leave_SimpleStatementLine(
+            self, original: cst.SimpleStatementLine,
+            updated: cst.SimpleStatementLine
+    ) -> Union[cst.BaseStatement, cst.FlattenSentinel[cst.BaseStatement],
+               cst.RemovalSentinel]:
+        ctx = self._context()
+        before = ctx.leave_statement()
+        lines: Sequence[cst.BaseStatement] = imports.rewrite_line(
+            ctx, original, updated)
+        if not before and len(lines) == 1 and lines[0] is updated:
+            return updated
+        if not before and not lines:
+            return cst.RemoveFromParent()
+        if before and lines:  # The added lines go where the line began.
+            first = lines[0]
+            assert isinstance(first, cst.SimpleStatementLine)
+            before[0] = before[0].with_changes(
+                leading_lines=first.leading_lines)
+            lines = [first.with_changes(leading_lines=()), *lines[1:]]
+        return cst.FlattenSentinel([*before, *lines])
+
+    # Names.
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        names.mark_prefixes(self._context(), node)
+
+    def leave_Attribute(self, original: cst.Attribute,
+                        updated: cst.Attribute) -> cst.BaseExpression:
+        ctx = self._context()
+        if not ctx.handled(original):
+            loss_scale_reads.check_read(ctx, original)
+        return names.rename_attribute(ctx, original, updated)
+
+    def leave_Name(self, original: cst.Name,
+                   updated: cst.Name) -> cst.BaseExpression:
+        return names.rename_name(self._context(), original, updated)
+
+    # Calls.
+
+    def visit_Call(self, node: cst.Call) -> None:
+        ctx = self._context()
+        calls.mark_handled(ctx, node)
+        if loss_scale_reads.is_loss_scale_call(node):
+            ctx.handle(node.func)
+
+    def leave_Call(self, original: cst.Call,
+                   updated: cst.Call) -> cst.BaseExpression:
+        ctx = self._context()
+        if loss_scale_reads.is_loss_scale_call(original):
+            return loss_scale_reads.rewrite_call(ctx, original, updated)
+        return calls.rewrite_call(ctx, original, updated)
+
+
+class _UsesTfLossscale(cst.CSTVisitor):
+    """Finds `tf_lossscale.X` references outside import statements."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found = False
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        return False
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if isinstance(node.value, cst.Name) and (
+                node.value.value == "tf_lossscale"):
+            self.found = True
+
+
+def _add_imports(module: cst.Module, modules: Sequence[str]) -> cst.Module:
+    if not modules:
+        return module
+    return module.visit(AddImportsVisitor(
+        CodemodContext(), [ImportItem(m) for m in modules]))
+
+
+def rewrite(source: str) -> Tuple[str, List[Note]]:
+    """Rewrites one module's legacy loss-scaling code; pure text to text.
+
+    Args:
+      source: Python source.
+
+    Returns:
+      The rewritten source (equal to `source` if there was nothing to do)
+      and the notes on what was left as it was, sorted by line.
+
+    Raises:
+      libcst.ParserSyntaxError: `source` is not valid Python.
+    """
+    wrapper = cst.MetadataWrapper(cst.parse_module(source))
+    transformer = _Transformer()
+    module = wrapper.visit(transformer)
+    ctx = transformer._context()
+    if module.code == source:
+        return source, sorted(ctx.notes)
+    needed: List[Any] = sorted(ctx.facts.imports_needed)
+    uses = _UsesTfLossscale()
+    module.visit(uses)
+    if uses.found:
+        needed.append("tf_lossscale")
+    return _add_imports(module, needed).code, sorted(ctx.notes)

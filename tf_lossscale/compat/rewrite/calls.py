@@ -1,0 +1,302 @@
+"""Calls whose arguments or meaning changed.
+
+- `LossScaleOptimizer(opt, loss_scale=...)`, experimental or not: the loss
+  scale becomes `dynamic`/`initial_scale`/`dynamic_growth_steps`
+  (`loss_scale_args`);
+- `Policy(name, loss_scale=...)`: the loss scale moves to the optimizers
+  `compile` wraps;
+- `enable_mixed_precision_graph_rewrite(opt, loss_scale)`: the wrapper TF
+  chose for `opt` (`tf_lossscale.LossScaleOptimizer` for a Keras optimizer,
+  `tf_lossscale.MixedPrecisionLossScaleOptimizer` for a `tf.compat.v1` one),
+  and a statement before it that turns on TensorFlow's `auto_mixed_precision`
+  graph rewrite; `disable_...` turns it off;
+- `model.compile(optimizer=...)` in a module that sets a loss-scaling
+  policy: the optimizer that compile wrapped implicitly is wrapped
+  explicitly.
+
+A call that cannot be converted is kept (the experimental optimizer as
+tf_lossscale's own deprecated one, which runs) and noted.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Tuple
+
+import libcst as cst
+
+from tf_lossscale.compat import legacy_names as table
+from tf_lossscale.compat.rewrite import loss_scale_args
+from tf_lossscale.compat.rewrite.context import Context
+from tf_lossscale.compat.rewrite.facts import Kind, Scaling
+from tf_lossscale.compat.rewrite.syntax import (Unconvertible, bind, code,
+                                                dotted, kwarg, literal,
+                                                separated, short)
+
+__all__ = ["mark_handled", "rewrite_call"]
+
+_EXPERIMENTAL = "tensorflow.keras.mixed_precision.experimental."
+_EXPERIMENTAL_OPTIMIZER = _EXPERIMENTAL + "LossScaleOptimizer"
+_CURRENT_OPTIMIZER = "tensorflow.keras.mixed_precision.LossScaleOptimizer"
+_LEGACY_POLICY = _EXPERIMENTAL + "Policy"
+_OPTIMIZER = "tf_lossscale.LossScaleOptimizer"
+_V1_OPTIMIZER = "tf_lossscale.MixedPrecisionLossScaleOptimizer"
+_AMP_OPTION = "config.optimizer.set_experimental_options"
+
+
+def mark_handled(ctx: Context, node: cst.Call) -> None:
+    """Before the arguments are visited: claims a call rewritten whole (its
+    function's dotted name, prefixes included)."""
+    if ctx.name_of(node.func) in table.GRAPH_REWRITE:
+        func: cst.BaseExpression = node.func
+        while isinstance(func, cst.Attribute):
+            ctx.handle(func)
+            func = func.value
+        ctx.handle(func)
+
+
+def rewrite_call(ctx: Context, original: cst.Call,
+                 updated: cst.Call) -> cst.BaseExpression:
+    """The call, rewritten if a rule applies to it."""
+    name = ctx.name_of(original.func)
+    try:
+        if name == _EXPERIMENTAL_OPTIMIZER:
+            return _optimizer(ctx, original, updated, ("optimizer",))
+        if name == _CURRENT_OPTIMIZER:
+            return _optimizer(ctx, original, updated,
+                              ("inner_optimizer",))
+        if name == _LEGACY_POLICY:
+            return _policy(ctx, original, updated)
+        if name in table.GRAPH_REWRITE:
+            return _graph_rewrite(ctx, original, updated,
+                                  table.GRAPH_REWRITE[name])
+        if name is None and _is_method(original, "compile"):
+            return _compile(ctx, original, updated)
+    except Unconvertible as e:
+        return _left(ctx, original, updated, name or "", str(e))
+    return updated
+
+
+def _is_method(call: cst.Call, method: str) -> bool:
+    return isinstance(call.func, cst.Attribute) and (
+        call.func.attr.value == method)
+
+
+def _left(ctx: Context, original: cst.Call, updated: cst.Call, name: str,
+          why: str) -> cst.Call:
+    """Keeps a call the rewriter cannot convert, and notes why.
+
+    The experimental optimizer becomes tf_lossscale's own deprecated one,
+    which takes `loss_scale=` and runs today.
+    """
+    why = why.rstrip(".")
+    if name == _EXPERIMENTAL_OPTIMIZER:
+        shim = table.LEGACY_NAMES[name].shim
+        ctx.note(original, f"{short(name)}: {why}; left as {shim}")
+        return updated.with_changes(func=dotted(shim))
+    what = short(name) if name else code(original.func)
+    ctx.note(original, f"{what}: {why}; left unchanged")
+    # In its legacy spelling: a legacy Policy(..., loss_scale=) still runs
+    # under the shim, a current one nowhere.
+    return updated.with_changes(func=original.func)
+
+
+# LossScaleOptimizer(opt, loss_scale).
+
+def _optimizer(ctx: Context, original: cst.Call, updated: cst.Call,
+               first: Tuple[str]) -> cst.Call:
+    """`loss_scale=` (or TF 2.3's positional one) as current arguments."""
+    current = first == ("inner_optimizer",)
+    params = first + ("loss_scale",)
+    if current and not _has_legacy_loss_scale(original):
+        return updated  # Already current: the name rule renames it.
+    bound = bind(original.args, params, "LossScaleOptimizer")
+    args = []
+    if first[0] in bound:
+        arg = updated.args[bound[first[0]]]
+        if arg.keyword:
+            arg = arg.with_changes(keyword=cst.Name("inner_optimizer"))
+        args.append(arg)
+    if "loss_scale" in bound:
+        i = bound["loss_scale"]
+        args += loss_scale_args.optimizer_args(
+            original.args[i].value, updated.args[i].value, ctx.name_of)
+    if not args:
+        return updated
+    return updated.with_changes(args=separated(
+        args, updated.args[0].comma, updated.args[-1].comma))
+
+
+def _has_legacy_loss_scale(call: cst.Call) -> bool:
+    """`loss_scale=`, or a second positional argument that is no bool."""
+    for i, arg in enumerate(call.args):
+        if arg.keyword is not None and arg.keyword.value == "loss_scale":
+            return True
+        if i == 1 and arg.keyword is None and not arg.star:
+            try:
+                return not isinstance(literal(arg.value), bool)
+            except Unconvertible:
+                return False
+    return False
+
+
+# Policy(name, loss_scale).
+
+def _policy(ctx: Context, original: cst.Call, updated: cst.Call) -> cst.Call:
+    """Drops a `loss_scale` that the compile rule carries, or notes it."""
+    bound = bind(original.args, ("name", "loss_scale"), "Policy")
+    if "loss_scale" not in bound:
+        return updated
+    why = ("the current Policy takes no loss scale: drop loss_scale and "
+           "pass tf_lossscale.LossScaleOptimizer(optimizer, ...) to compile")
+    if not _loss_scale_is_carried(ctx, original, bound):
+        raise Unconvertible(why)
+    args = [a for i, a in enumerate(updated.args)
+            if i != bound["loss_scale"]]
+    args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return updated.with_changes(args=args)
+
+
+def _loss_scale_is_carried(ctx: Context, original: cst.Call,
+                           bound: Dict[str, int]) -> bool:
+    """True if dropping the policy's loss scale loses nothing.
+
+    It is "auto" or the policy's default, or this policy is the one the
+    module sets and the compile rule wraps optimizers with its scale.
+    """
+    try:
+        policy = literal(original.args[bound["name"]].value)
+        loss_scale = literal(original.args[bound["loss_scale"]].value)
+        if loss_scale in ("auto",
+                          table.default_policy_loss_scale(policy)):
+            return True
+    except (KeyError, Unconvertible):
+        pass
+    scaling = ctx.facts.compile_scaling()
+    return id(original) in ctx.facts.scaling_sources and isinstance(
+        scaling, tuple)
+
+
+# enable_/disable_mixed_precision_graph_rewrite.
+
+def _graph_rewrite(ctx: Context, original: cst.Call, updated: cst.Call,
+                   enable: bool) -> cst.BaseExpression:
+    option = cst.parse_expression(
+        f"{ctx.facts.reference(_AMP_OPTION)}"
+        f"({{'auto_mixed_precision': {enable}}})")
+    if not enable:
+        return option
+    bound = bind(original.args, ("opt", "loss_scale"),
+                 "enable_mixed_precision_graph_rewrite")
+    if "opt" not in bound:
+        raise Unconvertible("enable_mixed_precision_graph_rewrite is "
+                            "called without an optimizer")
+    wrapped = _rewrite_wrapper(ctx, original, updated, bound)
+    if not ctx.add_statement_before(code(option)):
+        raise Unconvertible(
+            "the call is not inside a simple statement, so the rewriter "
+            f"has nowhere to put {code(option)}; move it to a line of its "
+            "own")
+    return wrapped
+
+
+def _rewrite_wrapper(ctx: Context, original: cst.Call, updated: cst.Call,
+                     bound: Dict[str, int]) -> cst.Call:
+    """The optimizer TF's graph rewrite wrapped `opt` in."""
+    opt = updated.args[bound["opt"]].value
+    kind = ctx.facts.kind(original.args[bound["opt"]].value)
+    i = bound.get("loss_scale")
+    if kind is Kind.KERAS_OPTIMIZER:
+        extra = [] if i is None else loss_scale_args.optimizer_args(
+            original.args[i].value, updated.args[i].value, ctx.name_of)
+        return _call(_OPTIMIZER, [cst.Arg(opt), *extra])
+    if kind is Kind.V1_OPTIMIZER:
+        loss_scale = (updated.args[i].value if i is not None
+                      else cst.SimpleString("'dynamic'"))
+        return _call(_V1_OPTIMIZER, [cst.Arg(opt), cst.Arg(loss_scale)])
+    raise Unconvertible(
+        f"the rewriter cannot tell whether {code(opt)} is a Keras optimizer "
+        f"(then write {_OPTIMIZER}(opt, ...)) or a tf.compat.v1 one (then "
+        f"{_V1_OPTIMIZER}(opt, loss_scale)); TF chose by its type. Wrap it "
+        f"by hand and call tf.{_AMP_OPTION}({{'auto_mixed_precision': "
+        "True}) before")
+
+
+def _call(func: str, args: List[cst.Arg]) -> cst.Call:
+    return cst.Call(func=dotted(func), args=separated(
+        args, cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")),
+        cst.MaybeSentinel.DEFAULT))
+
+
+# model.compile(optimizer=...) under a loss-scaling policy.
+
+def _compile(ctx: Context, original: cst.Call, updated: cst.Call) -> cst.Call:
+    """Wraps compile's optimizer as compile itself did under the policy."""
+    scaling = ctx.facts.compile_scaling()
+    if scaling is Scaling.NONE:
+        return updated
+    if scaling is Scaling.UNSCALED_MIXED:
+        raise Unconvertible(
+            "under Policy('mixed_float16', loss_scale=None) TF 2.1-2.3's "
+            "compile did not scale the loss and the current one does: pass "
+            "auto_scale_loss=False to compile (Keras 3)")
+    if scaling is Scaling.UNKNOWN:
+        raise Unconvertible(
+            "the rewriter cannot tell which policy this compile runs under "
+            "(the module sets a policy it cannot read, or several that "
+            "scale differently); compile wrapped the optimizer in a "
+            "LossScaleOptimizer under mixed_float16: wrap it in "
+            f"{_OPTIMIZER} by hand where it did")
+    extra = [kwarg(k, cst.parse_expression(v)) for k, v in scaling]
+    index = _optimizer_index(original)
+    if index is None:
+        default = _wrapped(ctx, cst.SimpleString("'rmsprop'"), Kind.STRING,
+                           extra)
+        args = list(updated.args)
+        if args:
+            args[-1] = args[-1].with_changes(comma=cst.Comma(
+                whitespace_after=cst.SimpleWhitespace(" ")))
+        return updated.with_changes(args=[*args, kwarg("optimizer",
+                                                       default)])
+    value = original.args[index].value
+    wrapped = _wrapped(ctx, updated.args[index].value, ctx.facts.kind(value),
+                       extra)
+    if wrapped is None:
+        return updated
+    args = list(updated.args)
+    args[index] = args[index].with_changes(value=wrapped)
+    return updated.with_changes(args=args)
+
+
+def _optimizer_index(call: cst.Call) -> Optional[int]:
+    """Where compile's `optimizer` argument is; None if it is not given."""
+    for i, arg in enumerate(call.args):
+        if arg.star:
+            raise Unconvertible("compile is called with *args or **kwargs, "
+                                "so the rewriter cannot find its optimizer")
+        if (arg.keyword is None and i == 0) or (
+                arg.keyword is not None and arg.keyword.value == "optimizer"):
+            return i
+    return None
+
+
+def _wrapped(ctx: Context, value: cst.BaseExpression, kind: Kind,
+             extra: List[cst.Arg]) -> Optional[cst.BaseExpression]:
+    """`value` wrapped as compile wrapped it; None if compile did not."""
+    if kind in (Kind.LOSS_SCALE_OPTIMIZER, Kind.EXPERIMENTAL_OPTIMIZER,
+                Kind.V1_OPTIMIZER):
+        return None
+    if kind is Kind.KERAS_OPTIMIZER:
+        return _call(_OPTIMIZER, [cst.Arg(value), *extra])
+    get = f"{ctx.facts.reference('keras.optimizers.get')}"
+    resolved = _call(get, [cst.Arg(value)])
+    if kind is Kind.STRING:
+        return _call(_OPTIMIZER, [cst.Arg(resolved), *extra])
+    if not isinstance(value, (cst.Name, cst.Attribute)):
+        raise Unconvertible(
+            f"the rewriter cannot tell whether {code(value)} is already a "
+            "LossScaleOptimizer, which compile kept, or an optimizer, which "
+            f"it wrapped: wrap it in {_OPTIMIZER} by hand if it is not one")
+    # Either, at run time: keep a loss-scale optimizer, wrap anything else.
+    check = cst.parse_expression(f"isinstance({code(value)}, {_OPTIMIZER})")
+    return cst.IfExp(test=check, body=value,
+                     orelse=_call(_OPTIMIZER, [cst.Arg(resolved), *extra]))

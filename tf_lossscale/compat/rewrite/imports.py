@@ -1,0 +1,138 @@
+"""Imports: legacy modules and members are imported from where they live now.
+
+`from tensorflow.keras.mixed_precision import experimental as mp` becomes
+`from tensorflow.keras import mixed_precision as mp`; `from
+tensorflow.train.experimental import DynamicLossScale` becomes `from
+tf_lossscale import DynamicLossScale`; an import of a module whose members
+all moved to tf_lossscale, or of a function whose calls are rewritten whole
+(`enable_mixed_precision_graph_rewrite`), is dropped.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import libcst as cst
+from libcst.helpers import get_full_name_for_node
+
+from tf_lossscale.compat import legacy_names as table
+from tf_lossscale.compat.rewrite.context import Context
+from tf_lossscale.compat.rewrite.syntax import dotted, short, split
+
+__all__ = ["rewrite_line"]
+
+Statements = List[cst.BaseSmallStatement]
+
+
+def rewrite_line(ctx: Context, original: cst.SimpleStatementLine,
+                 updated: cst.SimpleStatementLine
+                 ) -> Sequence[cst.SimpleStatementLine]:
+    """The line with its import statements rewritten: zero or more lines.
+
+    One import per line stays one per line; statements sharing a line
+    (`import a; import b`) keep sharing it.
+    """
+    body: Statements = []
+    for statement in updated.body:
+        if isinstance(statement, cst.Import):
+            body += _import(statement)
+        elif isinstance(statement, cst.ImportFrom):
+            body += _import_from(ctx, original, statement)
+        else:
+            body.append(statement)
+    if len(body) == len(updated.body) and all(
+            a is b for a, b in zip(body, updated.body)):
+        return [updated]
+    if not body:
+        return []
+    if len(updated.body) == 1:
+        return ([updated.with_changes(body=[body[0]])]
+                + [cst.SimpleStatementLine(body=[s]) for s in body[1:]])
+    return [updated.with_changes(body=[
+        s.with_changes(semicolon=cst.MaybeSentinel.DEFAULT) for s in body])]
+
+
+def _import(statement: cst.Import) -> Statements:
+    """`import tensorflow.keras.mixed_precision.experimental as mp`."""
+    names = []
+    for alias in statement.names:
+        module = get_full_name_for_node(alias.name)
+        if module not in table.VANISHED_MODULES:
+            names.append(alias)
+            continue
+        current = table.VANISHED_MODULES[module]
+        if current is None and alias.asname is not None:
+            continue  # Its members are spelt tf_lossscale.X now.
+        names.append(alias.with_changes(
+            name=dotted(current or (module or "").split(".")[0])))
+    if len(names) == len(statement.names) and all(
+            a is b for a, b in zip(names, statement.names)):
+        return [statement]
+    if not names:
+        return []
+    names[-1] = names[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return [statement.with_changes(names=names)]
+
+
+# New module -> [(member, alias or None)].
+_Moved = Dict[str, List[Tuple[str, Optional[str]]]]
+
+
+def _import_from(ctx: Context, line: cst.SimpleStatementLine,
+                 statement: cst.ImportFrom) -> Statements:
+    """`from M import a, b as c`: legacy members move to their modules."""
+    if statement.relative or statement.module is None:
+        return [statement]
+    module = get_full_name_for_node(statement.module) or ""
+    if isinstance(statement.names, cst.ImportStar):
+        if module in table.VANISHED_MODULES:
+            ctx.note(line, f"from {short(module)} import *: name the members "
+                     "instead, then migrate again")
+        return [statement]
+    kept: List[cst.ImportAlias] = []
+    moved: _Moved = {}
+    dropped = False
+    for alias in statement.names:
+        name = f"{module}.{get_full_name_for_node(alias.name)}"
+        asname = alias.asname.name.value if isinstance(
+            alias.asname, cst.AsName) and isinstance(
+                alias.asname.name, cst.Name) else None
+        if name in table.VANISHED_MODULES:
+            current = table.VANISHED_MODULES[name]
+            if current is not None:
+                new_module, member = split(current)
+                moved.setdefault(new_module, []).append(
+                    (member, asname or split(name)[1]))
+            dropped = dropped or current is None
+        elif name in table.LEGACY_NAMES:
+            current = table.LEGACY_NAMES[name].current
+            if current is None:
+                dropped = True  # Every call of it is rewritten whole.
+                continue
+            new_module, member = split(current)
+            moved.setdefault(new_module, []).append((member, asname))
+        else:
+            if module in table.VANISHED_MODULES:
+                ctx.note(line, f"{short(name)} has no current equivalent in "
+                         "the migration table; rewrite it by hand")
+            kept.append(alias)
+    if not moved and not dropped:
+        return [statement]
+    return _from_statements(statement, kept, moved)
+
+
+def _from_statements(statement: cst.ImportFrom, kept: List[cst.ImportAlias],
+                     moved: _Moved) -> Statements:
+    statements: Statements = []
+    if kept:
+        kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        statements.append(statement.with_changes(names=kept))
+    for new_module, members in moved.items():
+        statements.append(cst.ImportFrom(
+            module=dotted(new_module),
+            names=[cst.ImportAlias(
+                name=cst.Name(member),
+                asname=cst.AsName(name=cst.Name(asname))
+                if asname not in (None, member) else None)
+                for member, asname in members]))
+    return statements
