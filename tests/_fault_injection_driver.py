@@ -248,6 +248,10 @@ def run_keras(keras, flavour: str, dtype: str, steps: int, seed: int
 
     @tf.function(input_signature=[specs, specs, tf.TensorSpec([], tf.bool)])
     def both_steps(scaled, unscaled, reference_applies):
+        if flavour == "tf_keras":
+            # tf_keras takes unmarked gradients as unscaled; its documented
+            # flow unscales them first (the check and skip are the same).
+            scaled = lso.get_unscaled_gradients(scaled)
         lso.apply_gradients(zip(scaled, lso_vars))
         tf.cond(reference_applies,
                 lambda: _effect(reference_apply, unscaled),

@@ -126,7 +126,7 @@ def test_inconvertible_config_raises_value_error(config, match):
 @pytest.mark.parametrize("config, error, match", [
     ("not a config", ValueError, "takes a dict.*'not a config'"),
     ({"dynamic": True}, ValueError, "needs an 'inner_optimizer' entry"),
-    ({"inner_optimizer": TF23_SGD, "bogus": 1}, TypeError, "'bogus'"),
+    ({"inner_optimizer": TF23_SGD, "bogus": 1}, ValueError, "`bogus`"),
     ({"inner_optimizer": {"class_name": "NoSuchOptimizer", "config": {}}},
      TypeError, "inner_optimizer must be .*'NoSuchOptimizer'"),
 ], ids=["not_a_dict", "no_inner", "unknown_key", "unknown_inner"])

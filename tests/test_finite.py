@@ -23,6 +23,7 @@ import tensorflow as tf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tf_lossscale import distribute
 from tf_lossscale import finite
 
 DTYPES = [tf.float16, tf.bfloat16, tf.float32, tf.float64]
@@ -321,7 +322,7 @@ def test_replicas_agree_when_only_one_sees_a_nan(mirrored_strategy):
         bad = tf.equal(ctx.replica_id_in_sync_group, 1)
         grad = tf.where(bad, np.nan, 1.0) * tf.ones([3])
         _, ok = finite.unscale_and_check([grad], 2.0)
-        return ok, finite.agree_across_replicas(ok)
+        return ok, distribute.agree(ok)
 
     own, agreed = mirrored_strategy.run(tf.function(step))
     assert [bool(v) for v in mirrored_strategy.experimental_local_results(

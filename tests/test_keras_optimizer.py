@@ -145,11 +145,32 @@ def test_bad_number_raises_value_error_naming_the_argument(kwargs, name):
         tf_lossscale.LossScaleOptimizer(keras.optimizers.SGD(), **kwargs)
 
 
-def test_inner_that_scales_the_loss_itself_is_rejected_unchanged():
-    inner = keras.optimizers.SGD(loss_scale_factor=4.0)
-    with pytest.raises(ValueError, match="loss_scale_factor=4.0"):
-        tf_lossscale.LossScaleOptimizer(inner)
-    assert inner.loss_scale_factor == 4.0
+def test_inner_loss_scale_factor_is_neutralized_as_keras_does():
+    for make in (tf_lossscale.LossScaleOptimizer,
+                 keras.mixed_precision.LossScaleOptimizer):
+        inner = keras.optimizers.SGD(1.0, loss_scale_factor=4.0)
+        opt = make(inner, initial_scale=8.0)
+        assert inner.loss_scale_factor is None
+        var = keras.Variable([1.0])
+        opt.apply([tf.constant([8.0])], [var])  # scaled by 8, not 32
+        np.testing.assert_array_equal(var, [0.0])
+
+
+@pytest.mark.parametrize("argument, value", [
+    ("clipnorm", 1.0), ("use_ema", True), ("weight_decay", 0.1),
+    ("gradient_accumulation_steps", 2)])
+def test_base_optimizer_arguments_get_keras_value_error(argument, value):
+    for make in (tf_lossscale.LossScaleOptimizer,
+                 keras.mixed_precision.LossScaleOptimizer):
+        with pytest.raises(ValueError, match=f"set `{argument}` on the "
+                           "`inner_optimizer`"):
+            make(keras.optimizers.SGD(), **{argument: value})
+
+
+def test_base_optimizer_arguments_at_their_defaults_are_accepted():
+    opt = tf_lossscale.LossScaleOptimizer(
+        keras.optimizers.SGD(), clipnorm=None, use_ema=False)
+    assert opt.dynamic
 
 
 # Hyperparameters and iterations read and write through.
@@ -357,16 +378,22 @@ def test_gradient_that_does_not_fit_raises_and_changes_nothing(
     assert _snapshot([var] + opt.variables) == before
 
 
-def test_fixed_scale_always_applies_even_non_finite_gradients():
+def test_fixed_scale_skips_non_finite_gradients_and_keeps_its_scale():
+    # A deliberate difference: the originals apply a NaN step when fixed.
     var = keras.Variable([1.0, 2.0])
     opt = tf_lossscale.LossScaleOptimizer(
-        keras.optimizers.SGD(1.0), dynamic=False, initial_scale=4)
+        keras.optimizers.SGD(1.0, momentum=0.5), dynamic=False,
+        initial_scale=4)
     opt.apply_gradients([(tf.constant([4.0, 8.0]), var)])
     np.testing.assert_array_equal(var, [0.0, 0.0])
+    momentum = [v for v in opt.inner_optimizer.variables
+                if "momentum" in v.path][0]
+    before = momentum.numpy().copy()
     opt.apply_gradients([(tf.constant([np.nan, 8.0]), var)])
-    assert np.isnan(var.numpy()[0]) and var.numpy()[1] == -2.0
+    np.testing.assert_array_equal(var, [0.0, 0.0])
+    np.testing.assert_array_equal(momentum, before)
     assert float(opt.loss_scale) == 4.0
-    assert int(opt.iterations) == 2
+    assert int(opt.iterations) == 2 and int(opt.skipped_steps) == 1
 
 
 def test_a_step_traces_once_whatever_the_verdict():

@@ -64,7 +64,11 @@ def _run_graph(make_loss_scale, flags):
         loss_scale = make_loss_scale()
         grads = tf.compat.v1.placeholder(tf.float32, [1])
         update_op, should_apply = loss_scale.update([grads])
-        assert isinstance(update_op, tf.Operation)
+        # TensorFlow's types: an op for a fixed scale, a bool tensor for a
+        # dynamic one.
+        expected = (tf.Operation if isinstance(loss_scale, FixedLossScale)
+                    else tf.Tensor)
+        assert isinstance(update_op, expected)
         state = {"scale": loss_scale()}
         if _good_steps(loss_scale) is not None:
             state["steps"] = _good_steps(loss_scale)
@@ -330,7 +334,7 @@ def test_dynamic_repr_shows_state_eagerly_and_config_in_graphs():
     loss_scale = DynamicLossScale(4, 3, 2)
     loss_scale.update([tf.constant([1.0])])
     assert repr(loss_scale) == (
-        "DynamicLossScale(current_loss_scale=4.0, good_steps=1, "
+        "DynamicLossScale(current_loss_scale=4.0, num_good_steps=1, "
         "initial_loss_scale=4.0, increment_period=3, multiplier=2.0)")
     with tf.compat.v1.Graph().as_default():
         assert repr(DynamicLossScale(4, 3, 2)) == (
@@ -347,3 +351,40 @@ def test_get_maps_each_accepted_identifier():
     from_string = tf_lossscale.get("dynamic")
     assert type(from_string) is DynamicLossScale
     assert from_string.get_config() == DynamicLossScale().get_config()
+
+
+@pytest.mark.parametrize("flags", [
+    [True, True, True, False, True, False, False, True, True],
+    [False, True, True, True, True],
+])
+def test_graph_update_op_is_a_tensor_with_tensorflows_values(flags):
+    """`sess.run(update_op)` and `tf.identity(update_op)` give what TF's do."""
+    def run(make):
+        with tf.compat.v1.Graph().as_default(), \
+                tf.compat.v1.Session() as sess:
+            loss_scale = make()
+            grads = tf.compat.v1.placeholder(tf.float32, [1])
+            update_op, _ = loss_scale.update([grads])
+            same = tf.identity(update_op)
+            sess.run(tf.compat.v1.global_variables_initializer())
+            out = []
+            for flag in flags:
+                out.append(bool(sess.run(same, {grads: _grads(flag)})))
+                out.append(float(sess.run(loss_scale())))
+            return out
+
+    ours = run(lambda: DynamicLossScale(4.0, 2, 2.0))
+    theirs = run(lambda: tf.compat.v1.mixed_precision.DynamicLossScale(
+        4.0, 2, 2.0))
+    assert ours == theirs
+    assert True in ours[::2] and ours[1::2][-1] > 0
+
+
+def test_eager_repr_is_tensorflows():
+    ours, theirs = DynamicLossScale(4.0, 3), \
+        tf.compat.v1.mixed_precision.DynamicLossScale(4.0, 3)
+    for loss_scale in (ours, theirs):
+        loss_scale.update([tf.constant([1.0])])
+    assert repr(ours) == repr(theirs)
+    assert repr(FixedLossScale(3)) == repr(
+        tf.compat.v1.mixed_precision.FixedLossScale(3))

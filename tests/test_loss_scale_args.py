@@ -49,8 +49,6 @@ BAD_CONSTRUCTIONS = [
      "increment_period", "-3", "int >= 1"),
     ("period_float", lambda: DynamicLossScale(increment_period=1.5),
      "increment_period", "1.5", "int >= 1"),
-    ("period_whole_float", lambda: DynamicLossScale(increment_period=2000.0),
-     "increment_period", "2000.0", "int >= 1"),
     ("period_bool", lambda: DynamicLossScale(increment_period=True),
      "increment_period", "True", "int >= 1"),
     ("period_beyond_int64", lambda: DynamicLossScale(increment_period=2**63),
@@ -185,3 +183,13 @@ def test_accepted_numbers_include_numpy_scalars():
         "initial_loss_scale": 4.0, "increment_period": 3, "multiplier": 2.0}
     assert re.fullmatch(r"FixedLossScale\(4\.0\)",
                         repr(FixedLossScale(np.int32(4))))
+
+
+def test_integral_floats_are_accepted_as_the_originals_accept_them():
+    ours = DynamicLossScale(increment_period=2000.0)
+    theirs = tf.compat.v1.mixed_precision.DynamicLossScale(
+        increment_period=2000.0)
+    assert ours.increment_period == 2000
+    assert isinstance(ours.increment_period, int)
+    assert ours.get_config()["increment_period"] == theirs.get_config()[
+        "increment_period"]

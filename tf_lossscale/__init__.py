@@ -3,36 +3,28 @@
 The documented TensorFlow loss-scaling API (`LossScale`, `FixedLossScale`,
 `DynamicLossScale`, the Keras `LossScaleOptimizer` and its deprecated
 `experimental` twin, the TF1 `MixedPrecisionLossScaleOptimizer`) on today's
-TensorFlow, with Keras 3 and tf_keras.
+TensorFlow, with Keras 3 and tf_keras; plus `LossScaleMonitor`, a Keras
+callback that logs the loss scale and the skipped steps.
+
+This file is the top layer: it imports the public names and says which
+module serves which Keras (`optimizer.add_flavour_loader`). Importing it
+registers the Keras classes, so `keras.models.load_model` finds them. Only
+when this process is the package's own command line (`python -m
+tf_lossscale`, `tf-lossscale`) are the imports deferred to the first use of
+a public name, so that `--help` does not start TensorFlow.
 """
 
-from tf_lossscale.loss_scale import DynamicLossScale
-from tf_lossscale.loss_scale import FixedLossScale
-from tf_lossscale.loss_scale import LossScale
-from tf_lossscale.loss_scale import deserialize
-from tf_lossscale.loss_scale import get
-from tf_lossscale.loss_scale import serialize
-from tf_lossscale.v1_optimizer import MixedPrecisionLossScaleOptimizer
-from tf_lossscale.optimizer import LossScaleOptimizer
-from tf_lossscale import experimental  # Also registers the Keras 3 classes.
-
+import importlib as _importlib
 import os as _os
 import sys as _sys
 
-if "tf_keras" in _sys.modules or _os.environ.get(
-        "TF_USE_LEGACY_KERAS") in ("1", "true", "True"):  # TF's own test.
-    # Registers the tf_keras classes for tf_keras.models.load_model. Else
-    # they register when the first tf_keras optimizer is wrapped, or on
-    # `import tf_lossscale.tf_keras_optimizer`.
-    from tf_lossscale import tf_keras_optimizer  # noqa: F401
-del _os, _sys
-
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = (
     "DynamicLossScale",
     "FixedLossScale",
     "LossScale",
+    "LossScaleMonitor",
     "LossScaleOptimizer",
     "MixedPrecisionLossScaleOptimizer",
     "deserialize",
@@ -40,3 +32,62 @@ __all__ = (
     "get",
     "serialize",
 )
+
+# Public name -> the module that defines it.
+_HOMES = {
+    "DynamicLossScale": "tf_lossscale.loss_scale",
+    "FixedLossScale": "tf_lossscale.loss_scale",
+    "LossScale": "tf_lossscale.loss_scale",
+    "LossScaleMonitor": "tf_lossscale.monitor",
+    "LossScaleOptimizer": "tf_lossscale.optimizer",
+    "MixedPrecisionLossScaleOptimizer": "tf_lossscale.v1_optimizer",
+    "deserialize": "tf_lossscale.loss_scale",
+    "get": "tf_lossscale.loss_scale",
+    "serialize": "tf_lossscale.loss_scale",
+}
+
+# Top-level package of an optimizer's type -> the flavour modules for it.
+_FLAVOURS = {
+    "keras": ("tf_lossscale.keras_optimizer",),
+    "tf_keras": ("tf_lossscale.tf_keras_optimizer",),
+}
+
+
+def _legacy_keras() -> bool:
+    return "tf_keras" in _sys.modules or _os.environ.get(
+        "TF_USE_LEGACY_KERAS", "").lower() in ("1", "true")
+
+
+def _load() -> None:
+    """Imports the public names and wires the flavours."""
+    optimizer = _importlib.import_module("tf_lossscale.optimizer")
+    for package, modules in _FLAVOURS.items():
+        for module in modules:
+            optimizer.add_flavour_loader(package, module)
+    for module in _FLAVOURS["keras"]:  # Keras 3 is always installed.
+        _importlib.import_module(module)
+    if _legacy_keras():  # tf_keras in use: register its classes too.
+        for module in _FLAVOURS["tf_keras"]:
+            _importlib.import_module(module)
+    for name, home in _HOMES.items():
+        globals()[name] = getattr(_importlib.import_module(home), name)
+    globals()["experimental"] = _importlib.import_module(
+        "tf_lossscale.experimental")
+
+
+def _running_own_cli() -> bool:
+    argv = getattr(_sys, "orig_argv", [])
+    as_module = any(a == "-m" and b == __name__ for a, b in zip(argv, argv[1:]))
+    script = _os.path.basename(_sys.argv[0]) if _sys.argv else ""
+    return as_module or script == "tf-lossscale"
+
+
+def __getattr__(name: str):
+    if name in __all__:
+        _load()
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+if not _running_own_cli():
+    _load()

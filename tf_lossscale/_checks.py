@@ -72,10 +72,15 @@ def check_int(name: str, value: object, *, minimum: int,
               maximum: int = INT64_MAX) -> int:
     """Returns `value` as an int if it is an integer in range, else raises.
 
-    The default `maximum` is the largest int64, the counter's storage.
+    An integral float (`2000.0`) is accepted, as TensorFlow and Keras accept
+    it; a fractional one is not. The default `maximum` is the largest int64,
+    the counter's storage.
     """
     upper = " and < 2**63" if maximum == INT64_MAX else f" and <= {maximum}"
-    accepted = f"an int >= {minimum}{upper}"
+    accepted = f"an int >= {minimum}{upper} (or an integral float)"
+    if isinstance(value, (float, np.floating)) and math.isfinite(value) and (
+            float(value).is_integer()):
+        value = int(value)
     if not isinstance(value, numbers.Integral) or isinstance(
             value, (bool, np.bool_)):
         raise ValueError(

@@ -9,6 +9,7 @@ The protocol is stable since TF 2.10 but has no public spelling.
 """
 
 import tensorflow as tf
+from tensorflow.python.platform import tf_logging as _tf_logging
 
 Trackable = tf.__internal__.tracking.Trackable
 
@@ -17,7 +18,8 @@ __all__ = ["DelegatingTrackableMixin", "Trackable",
            "keras_check_variables_are_known", "keras_iterations_variable",
            "mark_wrapped_by_loss_scale_optimizer",
            "no_automatic_dependency_tracking",
-           "strategy_supports_no_merge_call", "track_child"]
+           "strategy_supports_no_merge_call", "track_child",
+           "tf_logging_warning"]
 
 # The tf_keras LossScaleOptimizer is, to a checkpoint, its inner optimizer
 # plus a `loss_scale` child: it delegates the whole trackable protocol to the
@@ -95,3 +97,13 @@ def keras_check_variables_are_known(optimizer, variables) -> None:
     public spelling.
     """
     optimizer._check_variables_are_known(variables)
+
+
+def tf_logging_warning(message: str) -> None:
+    """`tf.compat.v1.logging.warning`, looked up when called.
+
+    tf_keras warns through this module's `warning`, and code (tf_keras' own
+    tests among it) patches that attribute to see the warning; the public
+    alias is bound at import time and would not be seen.
+    """
+    _tf_logging.warning(message)

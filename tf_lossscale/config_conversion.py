@@ -34,10 +34,9 @@ import tensorflow as tf
 
 from tf_lossscale import _checks
 from tf_lossscale import loss_scale as loss_scale_lib
+from tf_lossscale import state_machine
 
 __all__ = [
-    "DEFAULT_GROWTH_STEPS",
-    "DEFAULT_INITIAL_SCALE",
     "DYNAMIC_LOSS_SCALE_RENAMES",
     "KERAS_BASE_OPTIMIZER_DEFAULTS",
     "dynamic_args",
@@ -48,8 +47,6 @@ __all__ = [
     "upgrade_optimizer_config",
 ]
 
-DEFAULT_INITIAL_SCALE = 2.0**15
-DEFAULT_GROWTH_STEPS = 2000
 
 # DynamicLossScale argument -> LossScaleOptimizer argument.
 DYNAMIC_LOSS_SCALE_RENAMES = {
@@ -75,8 +72,8 @@ KERAS_BASE_OPTIMIZER_DEFAULTS = {
 OptimizerArgs = Dict[str, Any]
 
 
-def dynamic_args(initial_scale: float = DEFAULT_INITIAL_SCALE,
-                 dynamic_growth_steps: int = DEFAULT_GROWTH_STEPS
+def dynamic_args(initial_scale: float = state_machine.DEFAULT_INITIAL_SCALE,
+                 dynamic_growth_steps: int = state_machine.DEFAULT_GROWTH_STEPS
                  ) -> OptimizerArgs:
     """Optimizer arguments for dynamic scaling (values checked by the caller)."""
     return {"dynamic": True, "initial_scale": float(initial_scale),
@@ -91,8 +88,8 @@ def fixed_args(value: Any) -> OptimizerArgs:
 
 
 def from_dynamic_loss_scale_args(
-    initial_loss_scale: float = DEFAULT_INITIAL_SCALE,
-    increment_period: int = DEFAULT_GROWTH_STEPS,
+    initial_loss_scale: float = state_machine.DEFAULT_INITIAL_SCALE,
+    increment_period: int = state_machine.DEFAULT_GROWTH_STEPS,
     multiplier: float = 2.0,
 ) -> OptimizerArgs:
     """Optimizer arguments equal to a `DynamicLossScale(...)` with these args.
@@ -120,6 +117,7 @@ def from_legacy_loss_scale(loss_scale: Any) -> OptimizerArgs:
       `dynamic_growth_steps`.
 
     Raises:
+      TypeError: a `LossScale` of any other class (as TF 2.4).
       ValueError: any other value.
     """
     if isinstance(loss_scale, str) and loss_scale == "dynamic":
@@ -135,6 +133,12 @@ def from_legacy_loss_scale(loss_scale: Any) -> OptimizerArgs:
         return from_dynamic_loss_scale_args(**loss_scale.get_config())
     if isinstance(loss_scale, Mapping):
         return _from_serialized(loss_scale)
+    if isinstance(loss_scale, (loss_scale_lib.LossScale, v1.LossScale)):
+        raise TypeError(
+            "loss_scale must be a FixedLossScale or a DynamicLossScale when "
+            f"it is a LossScale; got {loss_scale!r} of type "
+            f"{type(loss_scale).__name__}, which no optimizer setting "
+            "expresses. Pass 'dynamic', a number, or one of those classes.")
     raise ValueError(
         "loss_scale must be 'dynamic', an int or float >= 1, a "
         "FixedLossScale, a DynamicLossScale with multiplier 2, or a "

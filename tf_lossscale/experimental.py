@@ -1,23 +1,23 @@
 """`tf_lossscale.experimental.LossScaleOptimizer(optimizer, loss_scale)`.
 
-The deprecated spelling of TF 2.1-2.4, kept so that old code runs. It takes
-one `loss_scale` argument where the current class takes three, converts it
-with `config_conversion.from_legacy_loss_scale`, and is otherwise the current
-optimizer: it subclasses `tf_lossscale.LossScaleOptimizer` (not the other way
-round), and its `get_config()` equals the current class's for the same
+The deprecated spelling of TF 2.1-2.4, kept so that old code runs. It holds
+only the constructor: one `loss_scale` argument, converted by
+`config_conversion.from_legacy_loss_scale` into the current class's
+arguments. The classes that wrap a real optimizer are each flavour's
+deprecated twin (`KerasExperimentalLossScaleOptimizer`, ...), defined beside
+the flavour and registered here (`wraps=`): they subclass this class and
+the flavour, so `get_config()` equals the current class's for the same
 arguments. Use `tf_lossscale.LossScaleOptimizer` in new code.
 """
 
 from __future__ import annotations
 
 import warnings
-from typing import Any, Dict, Optional
-
-import keras
+from typing import Any, ClassVar, Dict, Optional
 
 from tf_lossscale import config_conversion
 from tf_lossscale import optimizer as optimizer_lib
-from tf_lossscale.keras_optimizer import KerasLossScaleOptimizer
+from tf_lossscale import state_machine
 
 __all__ = ["LossScaleOptimizer"]
 
@@ -34,27 +34,21 @@ class LossScaleOptimizer(optimizer_lib.LossScaleOptimizer):
 
     Raises:
       TypeError: `optimizer` is not an optimizer of a supported Keras, or is
-        a LossScaleOptimizer.
+        a LossScaleOptimizer; `loss_scale` is a `LossScale` of another class.
       ValueError: any other `loss_scale`, such as a `DynamicLossScale` with
         a multiplier other than 2.
     """
 
-    _DISPATCHES = True
-    _INNER_ARGUMENT = "optimizer"
+    _PICKS_FLAVOUR: ClassVar[bool] = True
+    _INNER_ARGUMENT: ClassVar[str] = "optimizer"
 
     def __init__(self, optimizer: Any, loss_scale: Any,
                  name: Optional[str] = None) -> None:
         args = config_conversion.from_legacy_loss_scale(loss_scale)
         warnings.warn(_replacement_message(args), DeprecationWarning,
                       stacklevel=2)
-        super().__init__(optimizer, name=name, **args)
-
-    @classmethod
-    def _flavour_for(cls, optimizer: Any) -> type:
-        # Picking the current flavour imports its module, which registers
-        # its twin here if it lives elsewhere (`_register_flavour`).
-        current = optimizer_lib.LossScaleOptimizer._flavour_for(optimizer)
-        return _EXPERIMENTAL_FLAVOURS[current]
+        # The flavour's constructor (next in the twin's MRO).
+        super().__init__(optimizer, name=name, **args)  # type: ignore
 
     @classmethod
     def _from_current_args(cls, inner_optimizer: Any,
@@ -71,11 +65,11 @@ def _replacement_message(args: Dict[str, Any]) -> str:
     spelled = []
     if not args["dynamic"]:
         spelled.append("dynamic=False")
-    if args["initial_scale"] != config_conversion.DEFAULT_INITIAL_SCALE or (
+    if args["initial_scale"] != state_machine.DEFAULT_INITIAL_SCALE or (
             not args["dynamic"]):
         spelled.append(f"initial_scale={args['initial_scale']!r}")
     growth = args["dynamic_growth_steps"]
-    if growth is not None and growth != config_conversion.DEFAULT_GROWTH_STEPS:
+    if growth is not None and growth != state_machine.DEFAULT_GROWTH_STEPS:
         spelled.append(f"dynamic_growth_steps={growth!r}")
     call = ", ".join(["optimizer"] + spelled)
     return (
@@ -83,25 +77,3 @@ def _replacement_message(args: Dict[str, Any]) -> str:
         f"tf_lossscale.LossScaleOptimizer({call}) instead, which is the same "
         "optimizer with the loss scale spelled as dynamic, initial_scale and "
         "dynamic_growth_steps.")
-
-
-@keras.saving.register_keras_serializable(
-    package="tf_lossscale", name="ExperimentalLossScaleOptimizer")
-class KerasExperimentalLossScaleOptimizer(LossScaleOptimizer,
-                                          KerasLossScaleOptimizer):
-    """The deprecated optimizer wrapping a Keras 3 optimizer."""
-
-
-# Current flavour -> its deprecated twin.
-_EXPERIMENTAL_FLAVOURS = {
-    KerasLossScaleOptimizer: KerasExperimentalLossScaleOptimizer,
-}
-
-
-def _register_flavour(current: type, twin: type) -> None:
-    """Adds the deprecated twin of a flavour defined in another module.
-
-    The tf_keras flavour calls it when imported, so that this module never
-    imports tf_keras.
-    """
-    _EXPERIMENTAL_FLAVOURS[current] = twin

@@ -5,7 +5,8 @@ any nested structure (None ignored, `tf.IndexedSlices` checked on their
 values). `unscale_and_check(grads, scale)` divides by the loss scale and
 runs the same check on what it produced, which is what the optimizer
 applies; `unscale_all(grads, scale)` divides without checking.
-`agree_across_replicas(finite)` makes every replica take the same verdict.
+What a distribution strategy changes (the agreed verdict) is
+`distribute.py`'s; this module holds the numerics only.
 
 They divide rather than multiply by `1 / scale`: the quotient is rounded
 once, and there is no reciprocal to lose. At scale 2**127 the reciprocal
@@ -28,15 +29,19 @@ Two back ends compute the same verdict:
   so a non-finite total falls back, inside a `tf.cond`, to the exact
   `reduce_all(is_finite(u))`. Only steps that are skipped anyway, or whose
   gradients are near the float32 maximum, pay for it. float16/bfloat16 use
-  the exact `reduce_sum(u * 0)` directly (their sums overflow often).
+  the exact `reduce_all(is_finite(u))` directly: their sums overflow often,
+  and for them it costs what a sum does (measured: 1.0 ms for 4M float16,
+  sum 1.1 ms, `reduce_sum(u * 0)` 2.0 ms).
 - XLA (GPU and TPU, or `jit_compile=True`). The buckets (flat: a reshape
   is free there) and the large tensors go through one `jit_compile`
-  function whose probe is
-  `reduce_sum(u * 0)`: zero for finite `u`, NaN otherwise, fused with the
+  function whose probe is `reduce_all(is_finite(u))`, fused with the
   division, so the number of kernels does not grow with the number of
-  gradients. `reduce_max(abs(u))` would be one op cheaper but XLA's CPU
-  max drops NaN. On CPU XLA is slower than graph ops for this work, hence
-  the choice by device.
+  gradients. `reduce_max(abs(u))` would be cheaper but XLA's CPU max drops
+  NaN. On CPU XLA is slower than graph ops for this work, hence the choice
+  by device.
+
+No probe multiplies by zero: TF 2.16's Grappler constant folding rewrites
+`x * 0` to `0`, NaN or not, inside `tf.function`.
 
 Neither reads a value back to the host, and the check never retraces.
 """
@@ -49,9 +54,7 @@ from typing import (Any, Callable, Dict, List, NamedTuple, Optional,
 import tensorflow as tf
 
 __all__ = [
-    "agree_across_replicas",
     "all_finite",
-    "cross_replica_all_finite",
     "unscale_all",
     "unscale_and_check",
 ]
@@ -146,67 +149,6 @@ def unscale_all(grads: Sequence[Any], scale: Any, *,
     return _unscale(grads, scale, jit_compile, check=False)[0]
 
 
-@_not_converted
-def agree_across_replicas(finite: tf.Tensor) -> tf.Tensor:
-    """In a replica context, True iff `finite` holds on every replica.
-
-    Every replica must call it (it is a collective); each gets the same
-    answer, so all of them apply or skip together. Outside any strategy it
-    returns `finite` unchanged.
-    """
-    ctx = tf.distribute.get_replica_context()
-    if ctx is None:
-        raise RuntimeError(
-            "agree_across_replicas() must be called in a replica context; "
-            "it was called in a cross-replica context.")
-    if ctx.num_replicas_in_sync == 1:
-        return finite
-    votes = ctx.all_reduce(
-        tf.distribute.ReduceOp.SUM, tf.cast(finite, tf.float32))
-    return tf.equal(votes, float(ctx.num_replicas_in_sync))
-
-
-@_not_converted
-def cross_replica_all_finite(grads: Any) -> tf.Tensor:
-    """`all_finite` over every replica's gradients, from a cross-replica context.
-
-    Without a strategy this is `all_finite(grads)`. Under one, each replica
-    checks its own gradients and the votes are summed, so a NaN on any one
-    replica makes the verdict False for all.
-
-    Raises:
-      RuntimeError: called in a replica context (inside `strategy.run`), or
-        given per-replica gradients outside their strategy's scope.
-    """
-    if not tf.distribute.has_strategy():
-        _reject_distributed_values(grads)
-        return all_finite(grads)
-    if not tf.distribute.in_cross_replica_context():
-        raise RuntimeError(
-            "LossScale.update() was called in a replica context (inside "
-            "strategy.run or a replica function) under "
-            f"{type(tf.distribute.get_strategy()).__name__}; call it in a "
-            "cross-replica context instead: outside strategy.run, or from "
-            "tf.distribute.get_replica_context().merge_call(...).")
-    strategy = tf.distribute.get_strategy()
-    flat = tf.nest.flatten(grads)
-    votes = strategy.extended.call_for_each_replica(
-        lambda g: tf.cast(all_finite(g), tf.float32), args=(flat,))
-    total = strategy.reduce(tf.distribute.ReduceOp.SUM, votes, axis=None)
-    return tf.equal(total, float(strategy.num_replicas_in_sync))
-
-
-def _reject_distributed_values(grads: Any) -> None:
-    """Per-replica values outside a strategy's scope cannot be voted on."""
-    for g in tf.nest.flatten(grads):
-        if isinstance(g, tf.distribute.DistributedValues):
-            raise RuntimeError(
-                "LossScale.update() got per-replica gradients "
-                f"({type(g).__name__}) outside the scope of their strategy; "
-                "call it inside `with strategy.scope():` (in a cross-replica "
-                "context), so that every replica's gradients are checked.")
-
-
 def _unscale(grads: Sequence[Any], scale: Any, jit_compile: Optional[bool],
              check: bool) -> Tuple[List[Any], Optional[tf.Tensor]]:
     grads = list(grads)
@@ -268,7 +210,7 @@ def _plan(values: List[tf.Tensor], by_shape: bool) -> _Plan:
         if not _bucketable(v):
             continue
         if by_shape and v.shape.rank > 1:
-            groups.setdefault((v.dtype, *v.shape[1:]), []).append(v)
+            groups.setdefault((v.dtype, *v.shape.as_list()[1:]), []).append(v)
         else:
             flat.setdefault(v.dtype, []).append(v)
     buckets = []
@@ -329,8 +271,8 @@ def _split(bucket: _Bucket, joined: tf.Tensor,
     if len(parts) == 1:
         pieces = [joined]
     else:
-        sizes = [p.shape.num_elements() if bucket.flat else p.shape[0]
-                 for p in parts]
+        sizes = [p.shape.num_elements() if bucket.flat
+                 else p.shape.as_list()[0] for p in parts]
         pieces = tf.split(joined, sizes)
     out = []
     for part, piece in zip(parts, pieces):
@@ -362,28 +304,27 @@ def _rebuild(grad: Any, values: tf.Tensor) -> Any:
 
 # --- the verdict ------------------------------------------------------------
 
-def _exact_probe(u: tf.Tensor) -> tf.Tensor:
-    """float32 scalar: 0 if `u` is all finite, NaN otherwise."""
-    return tf.cast(tf.reduce_sum(u * tf.zeros([], u.dtype)), tf.float32)
+def _is_finite(u: tf.Tensor) -> tf.Tensor:
+    """Scalar bool, exact: no graph optimizer can fold it."""
+    return tf.reduce_all(tf.math.is_finite(u))
 
 
 def _graph_verdict(units: List[tf.Tensor]) -> tf.Tensor:
-    """True iff every unit is finite, with one read of each wide unit."""
+    """True iff every unit is finite, with one read of each unit."""
     wide = [u for u in units if u.dtype not in _NARROW]
-    probes = [_exact_probe(u) for u in units if u.dtype in _NARROW]
-    probes += [tf.cast(tf.reduce_sum(u), tf.float32) for u in wide]
-    fast = tf.math.is_finite(_add(probes))
-    if not wide:
-        return fast
-    # A finite sum proves every element finite; a non-finite one may be a
-    # sum of finite values that overflowed, so look again, exactly.
-    return tf.cond(fast, lambda: tf.constant(True),
-                   lambda: _exact_verdict(units))
+    exact = [_is_finite(u) for u in units if u.dtype in _NARROW]
+    if wide:
+        sums = [tf.cast(tf.reduce_sum(u), tf.float32) for u in wide]
+        # A finite sum proves every element finite; a non-finite one may be
+        # a sum of finite values that overflowed, so look again, exactly.
+        exact.append(tf.cond(tf.math.is_finite(_add(sums)),
+                             lambda: tf.constant(True),
+                             lambda: _exact_verdict(wide)))
+    return _all(exact)
 
 
 def _exact_verdict(units: List[tf.Tensor]) -> tf.Tensor:
-    return tf.reduce_all(tf.stack(
-        [tf.reduce_all(tf.math.is_finite(u)) for u in units]))
+    return tf.reduce_all(tf.stack([_is_finite(u) for u in units]))
 
 
 def _add(scalars: List[tf.Tensor]) -> tf.Tensor:
@@ -391,7 +332,9 @@ def _add(scalars: List[tf.Tensor]) -> tf.Tensor:
 
 
 def _all(checks: List[tf.Tensor]) -> tf.Tensor:
-    return checks[0] if len(checks) == 1 else tf.logical_and(*checks)
+    if len(checks) == 1:
+        return checks[0]
+    return tf.reduce_all(tf.stack(checks))
 
 
 # --- the two back ends ------------------------------------------------------
@@ -407,12 +350,12 @@ def _graph_unscale(plan: _Plan, scale: tf.Tensor, done: Dict[int, tf.Tensor],
 def _xla_units(bucket_parts: List[List[tf.Tensor]], large: List[tf.Tensor],
                scale: Optional[tf.Tensor]):
     """Flat buckets and large tensors, unscaled unless `scale` is None, and
-    the verdict of the exact probe (fused with the division by XLA)."""
+    the exact verdict (fused with the division by XLA)."""
     units = [_join(_Bucket(parts, flat=True)) for parts in bucket_parts]
     units += list(large)
     if scale is not None:
         units = [_divide(u, scale, tf.math.divide) for u in units]
-    return units, tf.math.is_finite(_add([_exact_probe(u) for u in units]))
+    return units, _all([_is_finite(u) for u in units])
 
 
 def _xla_unscale_and_check_kernel(bucket_parts, large, scale):

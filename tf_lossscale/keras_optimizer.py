@@ -1,14 +1,18 @@
-"""The Keras 3 flavour of `tf_lossscale.LossScaleOptimizer`.
+"""The Keras 3 flavour of `tf_lossscale.LossScaleOptimizer`, and its twin.
 
 `KerasLossScaleOptimizer` is also a `keras.mixed_precision.LossScaleOptimizer`,
 so `model.compile` under the `mixed_float16` policy keeps it as it is, and it
 uses Keras' own variable names (`dynamic_scale`, `step_counter`, under the
 attribute `inner_optimizer`), so a `tf.train.Checkpoint` written with Keras'
-optimizer restores into it. What it does differently from Keras' (see
-`optimizer.LossScaleOptimizer`): replicas agree on the verdict before any
-variable changes, `iterations` advances on skipped steps, the scale has a
-floor of 1 and never grows to inf, `dynamic=False` works, and the documented
-`get_scaled_loss` / `get_unscaled_gradients` flow works beside `scale_loss`.
+optimizer restores into it. What it does differently from Keras' (API.md
+section 0): replicas agree on the verdict before any variable changes, a
+non-finite step is skipped with a fixed scale too, `iterations` advances on
+skipped steps, the scale has a floor and never grows to inf, `dynamic=False`
+works, and the documented `get_scaled_loss` / `get_unscaled_gradients` flow
+works beside `scale_loss`.
+
+`KerasExperimentalLossScaleOptimizer` is the deprecated
+`experimental.LossScaleOptimizer(optimizer, loss_scale)` for Keras 3.
 """
 
 from __future__ import annotations
@@ -19,11 +23,20 @@ import keras
 import tensorflow as tf
 
 from tf_lossscale import _tf_private
+from tf_lossscale import config_conversion
+from tf_lossscale import distribute
+from tf_lossscale import experimental
 from tf_lossscale import finite as finite_lib
 from tf_lossscale import optimizer as optimizer_lib
+from tf_lossscale import settings as settings_lib
+from tf_lossscale import step as step_lib
 from tf_lossscale.optimizer import InnerAttribute
 
-__all__ = ["HYPERPARAMETERS", "KerasLossScaleOptimizer"]
+__all__ = [
+    "HYPERPARAMETERS",
+    "KerasExperimentalLossScaleOptimizer",
+    "KerasLossScaleOptimizer",
+]
 
 # Hyperparameters of Keras 3's optimizers that read and write through to the
 # inner optimizer (`learning_rate` too, through Keras' own property). The
@@ -40,28 +53,47 @@ HYPERPARAMETERS = (
 )
 
 
+def _is_keras3_optimizer(inner_optimizer: Any) -> bool:
+    return isinstance(inner_optimizer, keras.optimizers.Optimizer)
+
+
 def _check_inner(inner_optimizer: Any) -> None:
     """Raises unless `inner_optimizer` is a plain Keras 3 optimizer."""
     optimizer_lib.reject_loss_scale_optimizer(inner_optimizer)
-    if not isinstance(inner_optimizer, keras.optimizers.Optimizer):
+    if not _is_keras3_optimizer(inner_optimizer):
         raise TypeError(
             "inner_optimizer must be a Keras 3 optimizer (an instance of "
             f"keras.optimizers.Optimizer); got {inner_optimizer!r} of type "
             f"{type(inner_optimizer).__module__}."
             f"{type(inner_optimizer).__qualname__}.")
-    if inner_optimizer.loss_scale_factor is not None:
+
+
+def _check_base_arguments(kwargs: Dict[str, Any]) -> None:
+    """Refuses Keras' base-optimizer arguments, as Keras' class does.
+
+    At their defaults they are accepted (Keras' own configs may hold them);
+    otherwise they belong on the inner optimizer.
+
+    Raises:
+      ValueError: a base-optimizer argument away from its default, or an
+        argument no optimizer takes.
+    """
+    for name, default in config_conversion.KERAS_BASE_OPTIMIZER_DEFAULTS.items():
+        if name in kwargs and kwargs.pop(name) != default:
+            raise ValueError(
+                f"LossScaleOptimizer does not support `{name}`. Instead, set "
+                f"`{name}` on the `inner_optimizer`.")
+    if kwargs:
         raise ValueError(
-            "inner_optimizer must not scale the loss itself, or the loss "
-            "would be scaled twice; got loss_scale_factor="
-            f"{inner_optimizer.loss_scale_factor!r}. Create it with "
-            "loss_scale_factor=None and set the scale on the "
-            "LossScaleOptimizer.")
+            "LossScaleOptimizer does not support arguments: "
+            f"`{'`, `'.join(kwargs)}`. It takes inner_optimizer, "
+            "dynamic, initial_scale, dynamic_growth_steps, name and the knobs "
+            f"{sorted(settings_lib.KNOB_DEFAULTS)}.")
 
 
-@keras.saving.register_keras_serializable(
-    package="tf_lossscale", name="LossScaleOptimizer")
 class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
-                              keras.mixed_precision.LossScaleOptimizer):
+                              keras.mixed_precision.LossScaleOptimizer,
+                              wraps=_is_keras3_optimizer):
     """`tf_lossscale.LossScaleOptimizer` for Keras 3 optimizers.
 
     See `tf_lossscale.LossScaleOptimizer` for the arguments, the skip rule
@@ -73,26 +105,49 @@ class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
     def __init__(self, inner_optimizer: keras.optimizers.Optimizer,
                  dynamic: bool = True, initial_scale: Optional[float] = None,
                  dynamic_growth_steps: Optional[int] = None,
-                 name: Optional[str] = None) -> None:
+                 name: Optional[str] = None, *, min_scale: float = 1.0,
+                 max_scale: Optional[float] = None,
+                 growth_factor: float = 2.0, backoff_factor: float = 0.5,
+                 hysteresis: int = 1, **kwargs: Any) -> None:
         _check_inner(inner_optimizer)
-        settings = optimizer_lib.check_settings(
-            dynamic, initial_scale, dynamic_growth_steps)
+        settings = settings_lib.check_settings(
+            dynamic, initial_scale, dynamic_growth_steps,
+            min_scale=min_scale, max_scale=max_scale,
+            growth_factor=growth_factor, backoff_factor=backoff_factor,
+            hysteresis=hysteresis)
+        _check_base_arguments(kwargs)
+        distribute.check_supported_strategy("LossScaleOptimizer")
         # Keras' base constructor, not Keras' LossScaleOptimizer's, which
-        # rejects dynamic=False and stores plain attributes.
+        # rejects dynamic=False and stores plain attributes. One default
+        # name (not auto-numbered), so equal optimizers have equal configs.
         keras.optimizers.Optimizer.__init__(
-            self, learning_rate=0.0, name=name)
-        self._settings = settings
-        self._unscaled_marks = optimizer_lib.UnscaledMarks()
+            self, learning_rate=0.0, name=name or "loss_scale_optimizer")
+        self._init_loss_scaling(settings)
         self.inner_optimizer = inner_optimizer
-        if settings.dynamic:
-            # Keras' names and order, for checkpoints written by its class.
-            self.step_counter = self.add_variable(
+        # As Keras' class does: the wrapper scales the loss, not the inner.
+        inner_optimizer.loss_scale_factor = None
+        self._set_scale_variables(self._make_variables(settings))
+
+    def _make_variables(self, settings: settings_lib.Settings
+                        ) -> step_lib.ScaleVariables:
+        skipped = optimizer_lib.skipped_steps_variable()
+        if not settings.dynamic:
+            return step_lib.ScaleVariables(skipped=skipped)
+        # Keras' names and order, for checkpoints written by its class.
+        self.step_counter = self.add_variable(
+            shape=(), dtype="int64", initializer="zeros",
+            aggregation="none", name="step_counter")
+        initial = keras.initializers.Constant(settings.initial_scale)
+        self.dynamic_scale = self.add_variable(
+            shape=(), dtype="float32", initializer=initial,
+            aggregation="none", name="dynamic_scale")
+        bad_steps = None
+        if settings.rule().needs_bad_steps:
+            bad_steps = self.add_variable(
                 shape=(), dtype="int64", initializer="zeros",
-                aggregation="none", name="step_counter")
-            initial = keras.initializers.Constant(settings.initial_scale)
-            self.dynamic_scale = self.add_variable(
-                shape=(), dtype="float32", initializer=initial,
-                aggregation="none", name="dynamic_scale")
+                aggregation="none", name="bad_steps")
+        return step_lib.ScaleVariables(
+            self.dynamic_scale, self.step_counter, bad_steps, skipped)
 
     def build(self, var_list: List[Any]) -> None:
         """Builds the inner optimizer (if it is not yet) on `var_list`."""
@@ -110,16 +165,27 @@ class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
         """A scalar bool tensor: True iff no gradient holds NaN or Inf."""
         return finite_lib.all_finite(list(grads))
 
-    def apply_gradients(
-            self, grads_and_vars: Iterable[Tuple[Any, Any]]) -> Any:
+    def apply_gradients(self, grads_and_vars: Iterable[Tuple[Any, Any]],
+                        name: Optional[str] = None,
+                        skip_gradients_aggregation: bool = False,
+                        **kwargs: Any) -> Any:
         """Applies one step (or skips it); returns `iterations`.
 
         Whether the gradients are taken as scaled or as already unscaled is
-        the rule of the class docstring.
+        `GradientMarks`' rule. `name` and `skip_gradients_aggregation` /
+        `experimental_aggregate_gradients` (TF 2.4-2.15's spellings) are
+        accepted; Keras 3 always sums gradients across replicas itself.
         """
+        del name, skip_gradients_aggregation
+        kwargs.pop("experimental_aggregate_gradients", None)
+        if kwargs:
+            raise TypeError(
+                f"apply_gradients() got unexpected arguments {sorted(kwargs)};"
+                " it takes grads_and_vars, name, skip_gradients_aggregation "
+                "and experimental_aggregate_gradients.")
         pairs = list(grads_and_vars)
         if not pairs:
-            self._unscaled_marks.take()
+            self._marks.take([])
             return self.iterations
         grads, variables = zip(*pairs)
         self.apply(list(grads), list(variables))
@@ -138,20 +204,22 @@ class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
         """
         grads = list(grads)
         if not grads:
-            self._unscaled_marks.take()
+            self._marks.take([])
             return
         variables = self._variables_for(grads, trainable_variables)
         if not self.built:
             self.build(variables)
         _tf_private.keras_check_variables_are_known(self, variables)
-        already_unscaled = self._unscaled_marks.take()
-        self._loss_scaled_apply(grads, variables, already_unscaled)
+        already_unscaled = self._already_unscaled(grads)
+        keep = [bool(getattr(v, "overwrite_with_gradient", False))
+                for v in variables]
+        self._step(grads, variables, already_unscaled, keep)
 
     def _variables_for(self, grads: List[Any],
                        trainable_variables: Optional[Iterable[Any]]
                        ) -> List[Any]:
         """The variables the gradients belong to; raises on bad input."""
-        optimizer_lib.require_replica_context()
+        distribute.require_replica_context("apply()")
         if trainable_variables is None:
             if not self.built:
                 raise ValueError(
@@ -205,7 +273,7 @@ class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
         return self.apply_gradients(
             zip(self.get_unscaled_gradients(grads), var_list))
 
-    # Hooks of optimizer_lib.LossScaleOptimizer.
+    # The parts `optimizer_lib.LossScaleOptimizer._step` is handed.
 
     def _apply_inner(self, grads: List[Any], variables: List[Any]) -> None:
         self.inner_optimizer.apply(grads, variables)
@@ -214,8 +282,32 @@ class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
         _tf_private.keras_iterations_variable(
             self.inner_optimizer).assign_add(1)
 
+    # Serialization.
+
     def _serialize_inner(self) -> Dict[str, Any]:
         return keras.optimizers.serialize(self.inner_optimizer)
+
+    @classmethod
+    def _reads(cls, inner_config: Dict[str, Any]) -> bool:
+        # tf_keras writes `is_legacy_optimizer` into every optimizer config;
+        # a config without it (Keras 3, or TF <= 2.3) is Keras 3's, unless
+        # tf.keras is tf_keras in this process.
+        return ("is_legacy_optimizer" not in inner_config.get("config", {})
+                and not optimizer_lib.legacy_keras_requested())
+
+    @classmethod
+    def _deserialize_inner(cls, config: Any,
+                           custom_objects: Optional[Dict[str, Any]]) -> Any:
+        """The inner optimizer of a config: an object stays as it is."""
+        if not isinstance(config, dict):
+            return config
+        try:
+            return keras.optimizers.deserialize(
+                config, custom_objects=custom_objects)
+        except (TypeError, ValueError) as e:
+            raise TypeError(
+                "inner_optimizer must be a Keras 3 optimizer or its config; "
+                f"Keras could not deserialize {config!r}: {e}") from e
 
     def get_config(self) -> Dict[str, Any]:
         return {"name": self.name, **super().get_config()}
@@ -224,3 +316,14 @@ class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
 for _name in HYPERPARAMETERS:
     setattr(KerasLossScaleOptimizer, _name, InnerAttribute(_name))
 del _name
+
+keras.saving.register_keras_serializable(
+    package="tf_lossscale", name="LossScaleOptimizer")(KerasLossScaleOptimizer)
+
+
+@keras.saving.register_keras_serializable(
+    package="tf_lossscale", name="ExperimentalLossScaleOptimizer")
+class KerasExperimentalLossScaleOptimizer(experimental.LossScaleOptimizer,
+                                          KerasLossScaleOptimizer,
+                                          wraps=_is_keras3_optimizer):
+    """The deprecated optimizer wrapping a Keras 3 optimizer."""

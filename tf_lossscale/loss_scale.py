@@ -9,7 +9,7 @@ gradients may be applied::
     grads = [g / loss_scale() for g in grads]
     update_op, should_apply = loss_scale.update(grads)
 
-`DynamicLossScale` is the variable shell around `state_machine.next_state`;
+`DynamicLossScale` is the variable shell around `state_machine.transition`;
 its variables use TensorFlow's checkpoint keys (`current_loss_scale`,
 `good_steps`), so checkpoints interchange with
 `tf.compat.v1.mixed_precision.DynamicLossScale` both ways. Variables are
@@ -25,9 +25,10 @@ from typing import Any, Dict, Optional, Tuple, Union
 import tensorflow as tf
 
 from tf_lossscale import _checks
-from tf_lossscale import finite as finite_lib
+from tf_lossscale import distribute
+from tf_lossscale import state_machine
+from tf_lossscale import step
 from tf_lossscale._tf_private import Trackable
-from tf_lossscale.state_machine import next_state
 
 __all__ = [
     "DynamicLossScale",
@@ -38,7 +39,8 @@ __all__ = [
     "serialize",
 ]
 
-UpdateResult = Tuple[Optional[tf.Operation], Union[bool, tf.Tensor]]
+UpdateResult = Tuple[Optional[Union[tf.Operation, tf.Tensor]],
+                     Union[bool, tf.Tensor]]
 
 
 def _graph_key() -> Optional[tf.Graph]:
@@ -163,7 +165,7 @@ class DynamicLossScale(LossScale):
     is multiplied by `multiplier` (unless that would make it non-finite). A
     step with a NaN or Inf gradient divides it by `multiplier` (never below
     1), restarts the count, and must be skipped by the caller. The rule lives
-    in `state_machine.next_state`.
+    in `state_machine.transition`.
     """
 
     def __init__(self, initial_loss_scale: float = 2**15,
@@ -217,21 +219,31 @@ class DynamicLossScale(LossScale):
         return tf.convert_to_tensor(self._weight("current_loss_scale"))
 
     def update(self, grads: Any) -> UpdateResult:
-        finite = finite_lib.cross_replica_all_finite(grads)
-        scale_var = self._weight("current_loss_scale")
-        steps_var = self._weight("good_steps")
-        scale, steps = next_state(
-            scale_var.read_value(), steps_var.read_value(), finite,
-            period=self._increment_period, multiplier=self._multiplier)
-        # TF1 graphs order nothing by themselves: making both writes wait
-        # for both new values (so for both reads) keeps any read from seeing
-        # a half-written state, whatever next_state reads.
-        with tf.control_dependencies([scale, steps]):
-            update_op = tf.group(
-                scale_var.assign(scale), steps_var.assign(steps))
+        """Adjusts the scale from one step's gradients (see the class doc).
+
+        In graph mode `update_op` is a bool tensor, as TensorFlow's class
+        returns: running it performs the update, and its value says whether
+        this step was a growth step (finite and the period reached).
+
+        Raises:
+          ReplicaContextError: called in a replica context under a
+            strategy (a `RuntimeError`).
+        """
+        finite = distribute.cross_replica_all_finite(grads)
+        rule = state_machine.Rule(
+            period=self._increment_period, growth_factor=self._multiplier,
+            backoff_divisor=self._multiplier)
+        good_steps = self._weight("good_steps")
+        variables = step.ScaleVariables(
+            scale=self._weight("current_loss_scale"), good_steps=good_steps)
+        growth_step = tf.logical_and(
+            finite, tf.convert_to_tensor(good_steps) + 1 >= rule.period)
+        with tf.control_dependencies([growth_step]):
+            update_op = step.advance(variables, finite, rule)
         if tf.executing_eagerly():
             return None, finite
-        return update_op, finite
+        with tf.control_dependencies([update_op]):
+            return tf.identity(growth_step), finite
 
     def get_config(self) -> Dict[str, Any]:
         return {
@@ -244,7 +256,7 @@ class DynamicLossScale(LossScale):
         config = ", ".join(f"{k}={v}" for k, v in self.get_config().items())
         if tf.executing_eagerly():
             return (f"DynamicLossScale(current_loss_scale={self().numpy()}, "
-                    f"good_steps={self.good_steps.numpy()}, {config})")
+                    f"num_good_steps={self.good_steps.numpy()}, {config})")
         return f"DynamicLossScale({config})"
 
 

@@ -1,121 +1,96 @@
-"""`LossScaleOptimizer`: the public class, and what every Keras flavour shares.
+"""`LossScaleOptimizer`: the public class, its flavour registry, shared parts.
 
-`tf_lossscale.LossScaleOptimizer(inner, ...)` returns the flavour that fits
-the type of `inner` (`__new__` below says which); every flavour subclasses
-this class, so `isinstance(opt, tf_lossscale.LossScaleOptimizer)` holds for
-all of them. What is not specific to one Keras lives here, for the flavours
-to inherit rather than copy:
+`tf_lossscale.LossScaleOptimizer(inner, ...)` builds the flavour that wraps
+`inner`. Each flavour module defines its class as a subclass of this one
+with `wraps=<predicate>`; `__init_subclass__` enters it in the registry of
+its nearest public ancestor (this class, or `experimental.
+LossScaleOptimizer` for the deprecated twins), and `__new__` picks the first
+registered flavour whose predicate accepts `inner`. This module imports no
+flavour; `tf_lossscale/__init__.py` says which module serves which Keras
+(`add_flavour_loader`), so a flavour whose Keras is not in use is never
+imported.
 
-- argument checks (`check_settings`, `reject_loss_scale_optimizer`),
+Shared here, so that no flavour writes them again:
+
 - the attributes `dynamic`, `dynamic_counter`, `dynamic_growth_steps`,
-  `initial_scale`, `loss_scale`,
-- `get_scaled_loss` / `get_unscaled_gradients`,
-- `get_config` / `from_config` (through `config_conversion`, so TF <= 2.3
-  and Keras 3 configs load too),
-- the per-step decision `_loss_scaled_apply`: unscale and check
-  (`finite.py`), agree across replicas, advance the scale
-  (`state_machine.next_state`), then apply the inner update or skip it.
+  `initial_scale`, `loss_scale`, `skipped_steps` and the knobs;
+- `get_scaled_loss` / `get_unscaled_gradients`, and `GradientMarks`, which
+  tells `apply_gradients` whether its gradients are scaled;
+- `get_config` / `from_config`;
+- `InnerAttribute`, a hyperparameter read and written on the inner optimizer.
 
-A flavour provides the variables `dynamic_scale` (float32) and
-`step_counter` (int64) when dynamic, an attribute `inner_optimizer`, and the
-hooks `_apply_inner(grads, variables)` and `_skip_inner()`.
+The step itself is `step.loss_scaled_step`.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import importlib
+import inspect
+import os
 import sys
 import threading
 import weakref
-from typing import (Any, Callable, Dict, List, Mapping, Optional, Sequence,
-                    Union)
+from typing import (Any, Callable, ClassVar, Dict, List, Mapping, Optional,
+                    Sequence, Tuple, Union)
 
 import tensorflow as tf
 
-from tf_lossscale import _checks
-from tf_lossscale import _tf_private
 from tf_lossscale import config_conversion
 from tf_lossscale import finite as finite_lib
-from tf_lossscale.state_machine import next_state
+from tf_lossscale import settings as settings_lib
+from tf_lossscale import step as step_lib
 
 __all__ = [
+    "GradientMarks",
     "InnerAttribute",
     "LossScaleOptimizer",
-    "Settings",
-    "UnscaledMarks",
-    "apply_or_skip",
+    "add_flavour_loader",
     "check_gradients",
-    "check_settings",
+    "legacy_keras_requested",
     "reject_loss_scale_optimizer",
-    "require_replica_context",
+    "skipped_steps_variable",
 ]
 
-# The optimizer's dynamic rule always doubles and halves.
-MULTIPLIER = 2.0
-
 Loss = Union[tf.Tensor, Callable[[], tf.Tensor]]
+Predicate = Callable[[Any], bool]
+
+# Public class -> [(accepts inner optimizer?, flavour)], in definition order.
+_REGISTRY: Dict[type, List[Tuple[Predicate, type]]] = {}
+# (top-level package of an optimizer's type, module that serves it).
+_LOADERS: List[Tuple[str, str]] = []
 
 
-@dataclasses.dataclass(frozen=True)
-class Settings:
-    """The checked loss-scaling arguments of one optimizer."""
+def add_flavour_loader(package: str, module: str) -> None:
+    """Declares that `module` defines the flavour for `package`'s optimizers.
 
-    dynamic: bool
-    initial_scale: float
-    dynamic_growth_steps: Optional[int]
-
-
-def check_settings(dynamic: Any, initial_scale: Any,
-                   dynamic_growth_steps: Any) -> Settings:
-    """Checks the loss-scaling arguments and fills in the defaults.
-
-    Dynamic scaling defaults to `initial_scale=2**15` (any finite number > 0,
-    like `DynamicLossScale`) and `dynamic_growth_steps=2000` (an int >= 1).
-    A fixed scale (`dynamic=False`) needs `initial_scale` (a number >= 1,
-    like `FixedLossScale`) and takes no `dynamic_growth_steps`.
-
-    Raises:
-      TypeError: `dynamic` is not a bool.
-      ValueError: a number is missing, of the wrong type or out of range.
+    It is imported the first time an optimizer (or config) of `package` is
+    wrapped and no registered flavour accepts it.
     """
-    if not isinstance(dynamic, bool):
-        raise TypeError(
-            "dynamic must be a bool (True for dynamic loss scaling, False for "
-            f"a fixed scale); got {dynamic!r} of type "
-            f"{type(dynamic).__name__}. To pass a legacy loss_scale such as "
-            "'dynamic' or 128, use tf_lossscale.experimental."
-            "LossScaleOptimizer(optimizer, loss_scale).")
-    if dynamic:
-        if initial_scale is None:
-            initial_scale = config_conversion.DEFAULT_INITIAL_SCALE
-        if dynamic_growth_steps is None:
-            dynamic_growth_steps = config_conversion.DEFAULT_GROWTH_STEPS
-        return Settings(
-            True,
-            _checks.check_real("initial_scale", initial_scale, minimum=0.0,
-                               inclusive=False),
-            _checks.check_int("dynamic_growth_steps", dynamic_growth_steps,
-                              minimum=1))
-    if initial_scale is None:
-        raise ValueError(
-            "initial_scale is required when dynamic=False (it is the fixed "
-            "loss scale): pass a number >= 1; got None.")
-    if dynamic_growth_steps is not None:
-        raise ValueError(
-            "dynamic_growth_steps must be None when dynamic=False (a fixed "
-            f"scale never grows); got {dynamic_growth_steps!r}.")
-    return Settings(
-        False, _checks.check_real("initial_scale", initial_scale, minimum=1.0),
-        None)
+    if (package, module) not in _LOADERS:
+        _LOADERS.append((package, module))
+
+
+def _load_flavours(package: Optional[str]) -> bool:
+    """Imports the modules serving `package` (every package if None)."""
+    loaded = False
+    for name, module in _LOADERS:
+        if (package is None or name == package) and module not in sys.modules:
+            importlib.import_module(module)
+            loaded = True
+    return loaded
+
+
+def _type_name(obj: Any) -> str:
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"
 
 
 def _loss_scale_optimizer_types() -> tuple:
     """Every LossScaleOptimizer class loaded in this process."""
-    import keras  # Keras 3; imported here to keep `import tf_lossscale` lean.
-    types = [LossScaleOptimizer, keras.mixed_precision.LossScaleOptimizer]
-    tf_keras = sys.modules.get("tf_keras")  # Not loaded: nothing to reject.
-    if tf_keras is not None:
-        types.append(tf_keras.mixed_precision.LossScaleOptimizer)
+    types: List[type] = [LossScaleOptimizer]
+    for package in ("keras", "tf_keras"):
+        module = sys.modules.get(package)  # Not loaded: nothing to reject.
+        if module is not None:
+            types.append(module.mixed_precision.LossScaleOptimizer)
     return tuple(types)
 
 
@@ -128,8 +103,7 @@ def reject_loss_scale_optimizer(inner_optimizer: Any) -> None:
     if isinstance(inner_optimizer, _loss_scale_optimizer_types()):
         raise TypeError(
             "A LossScaleOptimizer cannot wrap another LossScaleOptimizer; got "
-            f"{type(inner_optimizer).__module__}."
-            f"{type(inner_optimizer).__qualname__} "
+            f"{_type_name(inner_optimizer)} "
             f"{getattr(inner_optimizer, 'name', '')!r}. Pass the optimizer "
             "it wraps (its `inner_optimizer`) instead.")
 
@@ -141,20 +115,6 @@ def _variable_name(variable: Any) -> str:
 
 def _shape_text(shape: tf.TensorShape) -> str:
     return str(tuple(shape.as_list())) if shape.rank is not None else "?"
-
-
-def require_replica_context() -> None:
-    """Raises `ValueError` in a cross-replica context (outside `strategy.run`).
-
-    A step must run once per replica, where each replica votes on the
-    verdict; in the cross-replica context there is no replica to vote.
-    """
-    if tf.distribute.in_cross_replica_context():
-        raise ValueError(
-            "LossScaleOptimizer.apply_gradients() must be called in a "
-            "replica context (inside strategy.run), not in the "
-            "cross-replica context of "
-            f"{type(tf.distribute.get_strategy()).__name__}.")
 
 
 def check_gradients(grads: Sequence[Any], variables: Sequence[Any]) -> None:
@@ -190,40 +150,97 @@ def check_gradients(grads: Sequence[Any], variables: Sequence[Any]) -> None:
                 f"shape {_shape_text(expected)}.")
 
 
-class UnscaledMarks:
-    """Where `get_unscaled_gradients` ran and no apply has run since.
+def legacy_keras_requested() -> bool:
+    """Whether `tf.keras` is tf_keras in this process (TF's own test)."""
+    return os.environ.get("TF_USE_LEGACY_KERAS", "").lower() in ("1", "true")
+
+
+def skipped_steps_variable() -> tf.Variable:
+    """The telemetry counter of skipped steps (kept out of checkpoints).
+
+    Every replica assigns it the same agreed count, so it aggregates with
+    NONE, and a skipped step counts once, not once per replica.
+    """
+    with tf.init_scope():
+        return tf.Variable(
+            0, dtype=tf.int64, trainable=False, name="skipped_steps",
+            synchronization=tf.VariableSynchronization.ON_WRITE,
+            aggregation=tf.VariableAggregation.NONE)
+
+
+class _Untracked:
+    """A plain holder: neither Keras nor a checkpoint looks inside it."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+class _Place:
+    """What happened at one place since its last apply."""
+
+    def __init__(self) -> None:
+        self.scaled_loss = False
+        self.unscaled_inputs: Optional[List[Any]] = None
+
+
+class GradientMarks:
+    """Tells `apply_gradients` whether its gradients still carry the scale.
+
+    The rule (API.md section 2), per place since the last apply:
+
+    - `get_unscaled_gradients` ran: the gradients are unscaled, unless they
+      are the very tensors that were passed to it (then they are scaled:
+      it only looked at them);
+    - else `get_scaled_loss` / `scale_loss` ran: scaled;
+    - else: the flavour's default (`None` here).
 
     A place is a pair (graph, thread): the graph being traced (None when
     eager) and the Python thread, because `MirroredStrategy` runs each
-    replica's step in a thread of its own. The pair makes the rule exact
-    inside `tf.function` (each trace keeps its own marks, and the decision is
-    traced into the graph) and under replicas.
+    replica's step in a thread of its own. So the rule is exact inside
+    `tf.function` (each trace keeps its own marks; the decision is traced
+    into the graph) and under replicas.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._eager: set = set()
-        self._traced: "weakref.WeakKeyDictionary[tf.Graph, set]" = (
+        self._eager: Dict[int, _Place] = {}
+        self._traced: "weakref.WeakKeyDictionary[tf.Graph, Dict[int, _Place]]" = (
             weakref.WeakKeyDictionary())
 
-    def _threads(self) -> set:
+    def _places(self) -> Dict[int, _Place]:
         if tf.executing_eagerly():
             return self._eager
-        return self._traced.setdefault(tf.compat.v1.get_default_graph(), set())
+        return self._traced.setdefault(tf.compat.v1.get_default_graph(), {})
 
-    def mark(self) -> None:
-        """Records that gradients were unscaled here."""
-        with self._lock:
-            self._threads().add(threading.get_ident())
+    def _here(self) -> _Place:
+        return self._places().setdefault(threading.get_ident(), _Place())
 
-    def take(self) -> bool:
-        """Returns whether gradients were unscaled here, and forgets it."""
+    def scaled_loss(self) -> None:
+        """Records that the loss was scaled here."""
         with self._lock:
-            threads = self._threads()
-            ident = threading.get_ident()
-            found = ident in threads
-            threads.discard(ident)
-            return found
+            self._here().scaled_loss = True
+
+    def unscaled(self, inputs: Sequence[Any]) -> None:
+        """Records that `inputs` were unscaled here."""
+        with self._lock:
+            place = self._here()
+            place.unscaled_inputs = (place.unscaled_inputs or []) + [
+                g for g in inputs if g is not None]
+
+    def take(self, grads: Sequence[Any]) -> Optional[bool]:
+        """Whether `grads` are scaled (None: no mark here); forgets the place.
+        """
+        with self._lock:
+            place = self._places().pop(threading.get_ident(), None)
+        if place is None:
+            return None
+        if place.unscaled_inputs is not None:
+            present = [g for g in grads if g is not None]
+            return bool(present) and all(
+                any(g is x for x in place.unscaled_inputs) for g in present)
+        return True if place.scaled_loss else None
 
 
 class InnerAttribute:
@@ -265,64 +282,22 @@ class InnerAttribute:
         setattr(inner, self._name, value)
 
 
-def _cond(pred: tf.Tensor, true_fn: Callable[[], Any],
-          false_fn: Callable[[], Any]) -> None:
-    """`tf.cond` for branches run for their effects; eagerly, only one runs."""
-
-    def run(fn):
-        def branch():
-            fn()
-            return tf.constant(0)  # Both branches return the same structure.
-        return branch
-
-    tf.cond(pred, run(true_fn), run(false_fn))
-
-
-def apply_or_skip(finite: tf.Tensor, grads: List[Any],
-                  apply_fn: Callable[[List[Any]], Any],
-                  skip_fn: Callable[[], Any]) -> None:
-    """Runs `apply_fn(grads)` if `finite`, else `skip_fn()`. Replica context.
-
-    `finite` must already be the same on every replica
-    (`finite.agree_across_replicas`): each replica then takes the same
-    branch, so collectives inside `apply_fn` (the gradient all-reduce) match.
-    Strategies that update through `merge_call` (MirroredStrategy on CPU, or
-    without XLA) cannot hold a `merge_call` inside a branch traced in a
-    replica context, so there the branch is taken in the cross-replica
-    context and `apply_fn` runs per replica, as Keras' own optimizers do.
-    """
-    if _tf_private.strategy_supports_no_merge_call():
-        _cond(finite, lambda: apply_fn(grads), skip_fn)
-        return
-
-    def cross_replica(strategy, finite, grads):
-        # Every replica holds the same agreed verdict; read the first.
-        verdict = strategy.experimental_local_results(finite)[0]
-        _cond(verdict,
-              lambda: strategy.extended.call_for_each_replica(
-                  apply_fn, args=(grads,)),
-              skip_fn)
-
-    tf.distribute.get_replica_context().merge_call(
-        cross_replica, args=(finite, grads))
-
-
 class LossScaleOptimizer:
     """An optimizer that scales the loss so float16 gradients do not underflow.
 
-    `LossScaleOptimizer(inner_optimizer, dynamic=True, initial_scale=None,
-    dynamic_growth_steps=None)` wraps a Keras 3 or a tf_keras optimizer
-    and returns the flavour for its type.
+    Wraps a Keras 3 or a tf_keras optimizer (of either tf_keras family) and
+    builds the flavour for its type.
 
     Dynamic scaling (the default) starts at `initial_scale` (2**15) and, per
     step: a step with any NaN or Inf gradient is skipped (no model variable
-    and no optimizer slot changes) and halves the scale, never below 1; after
-    `dynamic_growth_steps` (2000) consecutive finite steps the scale doubles,
-    unless that would make it non-finite. `iterations` (the inner
-    optimizer's) advances on every step, applied or skipped, as TensorFlow's
-    optimizer did. Under a distribution strategy, a non-finite gradient on
-    any replica makes every replica skip. With `dynamic=False` the scale is
-    `initial_scale` forever and every step is applied.
+    and no optimizer slot changes) and halves the scale, never below
+    `min_scale` (1); after `dynamic_growth_steps` (2000) consecutive finite
+    steps the scale doubles, unless that would make it non-finite or above
+    `max_scale`. `iterations` (the inner optimizer's) advances on every
+    step, applied or skipped, as TensorFlow's optimizer did. Under a
+    distribution strategy, a non-finite gradient on any replica makes every
+    replica skip. With `dynamic=False` the scale is `initial_scale`
+    forever, and a non-finite step is still skipped.
 
     Two ways to use it meet in `apply_gradients` / `apply`:
 
@@ -333,13 +308,9 @@ class LossScaleOptimizer:
     - Keras 3's, which `fit` uses: `scale_loss(loss)`, gradients, then
       `apply_gradients` with the still scaled gradients.
 
-    The rule: `apply_gradients` / `apply` take their gradients as already
-    unscaled if and only if `get_unscaled_gradients` was called on this
-    optimizer since the last `apply_gradients` / `apply`, in the same graph
-    (the same `tf.function` trace, or eagerly) and the same Python thread;
-    otherwise they take them as scaled by the current loss scale and unscale
-    them. The decision is made in Python when the step runs eagerly or is
-    traced, so it costs nothing per step inside a `tf.function`.
+    `GradientMarks` holds the rule that tells them apart; it is decided in
+    Python when the step runs eagerly or is traced, so it costs nothing per
+    step inside a `tf.function`.
 
     Args:
       inner_optimizer: the optimizer to wrap (not a LossScaleOptimizer).
@@ -348,6 +319,14 @@ class LossScaleOptimizer:
         when dynamic; the fixed scale, a number >= 1 and required, when not.
       dynamic_growth_steps: an int >= 1, default 2000, when dynamic; must
         be None when not.
+      min_scale: the floor of a dynamic scale, any number > 0 (default 1).
+      max_scale: a growth happens only if its result is <= this (default:
+        the largest float32).
+      growth_factor: the growth multiplier, > 1 (default 2).
+      backoff_factor: the back-off multiplier, in (0, 1) (default 0.5).
+      hysteresis: non-finite steps since the last growth that it takes to
+        back off, an int >= 1 (default 1: every one). Until then a
+        non-finite step is skipped and the scale stays.
 
     Raises:
       TypeError: `inner_optimizer` is not an optimizer of a supported Keras,
@@ -355,39 +334,80 @@ class LossScaleOptimizer:
       ValueError: a number is missing, of the wrong type or out of range.
     """
 
-    # Only the public classes pick a flavour; a flavour builds itself.
-    _DISPATCHES = True
-    _INNER_ARGUMENT = "inner_optimizer"
+    # Set in the class body of each public class: only those pick a flavour.
+    _PICKS_FLAVOUR: ClassVar[bool] = True
+    # The name of the argument holding the optimizer to wrap.
+    _INNER_ARGUMENT: ClassVar[str] = "inner_optimizer"
+    # Whether `apply_gradients` takes unmarked gradients as scaled.
+    _UNMARKED_GRADIENTS_ARE_SCALED: ClassVar[bool] = True
+
+    _settings: settings_lib.Settings
+    _marks: GradientMarks
+    _untracked: "_Untracked"
+    inner_optimizer: Any
+
+    def __init_subclass__(cls, wraps: Optional[Predicate] = None,
+                          **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if wraps is None:
+            return
+        public = next(base for base in cls.__mro__[1:]
+                      if base.__dict__.get("_PICKS_FLAVOUR", False))
+        _REGISTRY.setdefault(public, []).append((wraps, cls))
 
     def __new__(cls, *args: Any, **kwargs: Any) -> "LossScaleOptimizer":
-        if cls.__dict__.get("_DISPATCHES", False):
+        if cls.__dict__.get("_PICKS_FLAVOUR", False):
             inner = args[0] if args else kwargs.get(cls._INNER_ARGUMENT)
             cls = cls._flavour_for(inner)
         return super().__new__(cls)
 
+    def __init__(self, inner_optimizer: Any, dynamic: bool = True,
+                 initial_scale: Optional[float] = None,
+                 dynamic_growth_steps: Optional[int] = None, *,
+                 min_scale: float = 1.0, max_scale: Optional[float] = None,
+                 growth_factor: float = 2.0, backoff_factor: float = 0.5,
+                 hysteresis: int = 1) -> None:
+        # Reached only through a flavour's constructor, which calls
+        # `_init_loss_scaling` with these arguments.
+        raise NotImplementedError(
+            f"{type(self).__name__} is not a flavour of LossScaleOptimizer.")
+
     @classmethod
     def _flavour_for(cls, inner_optimizer: Any) -> type:
-        """The class that wraps `inner_optimizer`, chosen by its type."""
+        """The registered subclass of `cls` that wraps `inner_optimizer`."""
         reject_loss_scale_optimizer(inner_optimizer)
-        import keras  # Keras 3.
-        if isinstance(inner_optimizer, keras.optimizers.Optimizer):
-            from tf_lossscale.keras_optimizer import KerasLossScaleOptimizer
-            return KerasLossScaleOptimizer
-        # An optimizer of tf_keras means tf_keras is loaded; if it is not,
-        # the optimizer is not one of its.
-        tf_keras = sys.modules.get("tf_keras")
-        if tf_keras is not None and isinstance(
-                inner_optimizer, (tf_keras.optimizers.Optimizer,
-                                  tf_keras.optimizers.legacy.Optimizer)):
-            from tf_lossscale import tf_keras_optimizer
-            return tf_keras_optimizer.flavour_for(inner_optimizer)
+        for attempt in range(2):
+            for accepts, flavour in _REGISTRY.get(cls, []):
+                if accepts(inner_optimizer):
+                    return flavour
+            package = type(inner_optimizer).__module__.split(".")[0]
+            if attempt or not _load_flavours(package):
+                break
         raise TypeError(
             "inner_optimizer must be a Keras 3 optimizer (an instance of "
             "keras.optimizers.Optimizer, which is tf.keras.optimizers."
             "Optimizer on TensorFlow >= 2.16) or a tf_keras optimizer (an "
-            "instance of tf_keras.optimizers.Optimizer); got "
-            f"{inner_optimizer!r} of type {type(inner_optimizer).__module__}."
-            f"{type(inner_optimizer).__qualname__}.")
+            "instance of tf_keras.optimizers.Optimizer or tf_keras."
+            "optimizers.legacy.Optimizer); got "
+            f"{inner_optimizer!r} of type {_type_name(inner_optimizer)}.")
+
+    def _init_loss_scaling(self, settings: settings_lib.Settings) -> None:
+        """Stores the checked settings; every flavour's constructor calls it."""
+        self._settings = settings
+        self._marks = GradientMarks()
+
+    def _set_scale_variables(self, variables: step_lib.ScaleVariables
+                             ) -> None:
+        """Keeps the variables the step advances, out of automatic tracking.
+
+        A flavour tracks the checkpointed ones itself, under the original's
+        keys; a tuple attribute would add keys of its own.
+        """
+        self._untracked = _Untracked(variables)
+
+    @property
+    def _scale_variables(self) -> step_lib.ScaleVariables:
+        return self._untracked.value
 
     # Attributes.
 
@@ -403,26 +423,62 @@ class LossScaleOptimizer:
 
     @property
     def dynamic_growth_steps(self) -> Optional[int]:
-        """Finite steps after which the scale doubles; None if not dynamic."""
+        """Finite steps after which the scale grows; None if not dynamic."""
         return self._settings.dynamic_growth_steps
+
+    @property
+    def min_scale(self) -> float:
+        """The floor of a dynamic scale."""
+        return self._settings.min_scale
+
+    @property
+    def max_scale(self) -> Optional[float]:
+        """The ceiling of growth (None: the largest float32)."""
+        return self._settings.max_scale
+
+    @property
+    def growth_factor(self) -> float:
+        """The multiplier of a growth."""
+        return self._settings.growth_factor
+
+    @property
+    def backoff_factor(self) -> float:
+        """The multiplier of a back-off."""
+        return self._settings.backoff_factor
+
+    @property
+    def hysteresis(self) -> int:
+        """Non-finite steps since the last growth that back off."""
+        return self._settings.hysteresis
 
     @property
     def dynamic_counter(self) -> Optional[tf.Tensor]:
         """Finite steps since the scale last changed, an int64 scalar tensor.
 
-        None if not dynamic. It restarts at 0 when the scale doubles and when
+        None if not dynamic. It restarts at 0 when the scale grows and when
         a step is skipped. (A tensor, like `loss_scale`: `int()` of it works
         under any strategy, which a distributed variable's does not.)
         """
         if not self.dynamic:
             return None
-        return tf.convert_to_tensor(self.step_counter)
+        return tf.convert_to_tensor(self._scale_variables.good_steps)
 
     @property
-    def loss_scale(self) -> tf.Tensor:
+    def loss_scale(self) -> Any:
         """The current loss scale, a scalar float32 tensor."""
+        return self._current_scale()
+
+    @property
+    def skipped_steps(self) -> tf.Tensor:
+        """Steps skipped since this optimizer was created, an int64 tensor.
+
+        Counted once per step (not per replica); not saved in checkpoints.
+        """
+        return tf.convert_to_tensor(self._scale_variables.skipped)
+
+    def _current_scale(self) -> tf.Tensor:
         if self.dynamic:
-            return tf.convert_to_tensor(self.dynamic_scale)
+            return tf.convert_to_tensor(self._scale_variables.scale)
         return tf.constant(self._settings.initial_scale, tf.float32)
 
     # The documented scaling methods.
@@ -439,58 +495,42 @@ class LossScaleOptimizer:
                 return self.get_scaled_loss(loss())
             return scaled_loss
         loss = tf.convert_to_tensor(loss)
-        return loss * tf.cast(self.loss_scale, loss.dtype)
+        self._marks.scaled_loss()
+        return loss * tf.cast(self._current_scale(), loss.dtype)
 
     def get_unscaled_gradients(self, grads: Sequence[Any]) -> List[Any]:
         """Returns the gradients divided by the loss scale.
 
         None entries stay None, `tf.IndexedSlices` stay sparse, every dtype
-        is kept. Marks that the next `apply_gradients` here gets unscaled
-        gradients (see the class docstring).
+        is kept. The next `apply_gradients` here takes its gradients as
+        unscaled, unless they are these very `grads` (see `GradientMarks`).
         """
-        unscaled = finite_lib.unscale_all(list(grads), self.loss_scale)
-        self._unscaled_marks.mark()
+        grads = list(grads)
+        unscaled = finite_lib.unscale_all(grads, self._current_scale())
+        self._marks.unscaled(grads)
         return unscaled
 
-    # The step.
+    def _already_unscaled(self, grads: Sequence[Any]) -> bool:
+        """Whether `apply_gradients` gets unscaled `grads` (forgets marks)."""
+        scaled = self._marks.take(grads)
+        if scaled is None:
+            scaled = self._unmarked_gradients_are_scaled()
+        return not scaled
 
-    def _loss_scaled_apply(self, grads: List[Any], variables: List[Any],
-                           already_unscaled: bool) -> None:
-        """One step in a replica context: check, agree, apply or skip, rescale.
+    def _unmarked_gradients_are_scaled(self) -> bool:
+        """The flavour's default when neither scaling method ran."""
+        return self._UNMARKED_GRADIENTS_ARE_SCALED
 
-        A non-finite verdict (on any replica) skips the inner update and
-        only advances `iterations`; then the scale and counter follow
-        `next_state`.
-        """
-        if not self.dynamic:
-            if not already_unscaled:
-                grads = finite_lib.unscale_all(grads, self.loss_scale)
-            self._apply_inner(grads, variables)
-            return
-        if already_unscaled:
-            unscaled, finite = grads, finite_lib.all_finite(grads)
-        else:
-            unscaled, finite = finite_lib.unscale_and_check(
-                grads, self.loss_scale)
-        finite = finite_lib.agree_across_replicas(finite)
-        apply_or_skip(finite, unscaled,
-                      lambda g: self._apply_inner(g, variables),
-                      self._skip_inner)
-        # Last, so that an inner optimizer that raises leaves it unchanged.
-        self._advance_scale(finite)
-
-    def _advance_scale(self, finite: tf.Tensor) -> None:
-        """Assigns the scale and counter that follow a step (`next_state`).
-
-        In a replica context every replica assigns its own copy (the
-        variables aggregate with NONE) the same agreed value.
-        """
-        scale, good_steps = next_state(
-            tf.convert_to_tensor(self.dynamic_scale),
-            tf.convert_to_tensor(self.step_counter), finite,
-            period=self._settings.dynamic_growth_steps, multiplier=MULTIPLIER)
-        self.dynamic_scale.assign(scale)
-        self.step_counter.assign(good_steps)
+    def _step(self, grads: List[Any], variables: List[Any],
+              already_unscaled: bool,
+              keep: Optional[Sequence[bool]] = None) -> tf.Tensor:
+        """`step.loss_scaled_step` with this optimizer's parts."""
+        return step_lib.loss_scaled_step(
+            grads, scale=self._current_scale(),
+            already_unscaled=already_unscaled,
+            apply=lambda g: self._apply_inner(g, variables),
+            skip=self._skip_inner, variables=self._scale_variables,
+            rule=self._settings.rule() if self.dynamic else None, keep=keep)
 
     def _apply_inner(self, grads: List[Any], variables: List[Any]) -> None:
         """Applies unscaled gradients with the inner optimizer."""
@@ -503,12 +543,17 @@ class LossScaleOptimizer:
     # Serialization.
 
     def get_config(self) -> Dict[str, Any]:
-        """The inner optimizer (serialized) and the loss-scaling arguments."""
+        """The inner optimizer (serialized) and the loss-scaling arguments.
+
+        A knob appears only when it is not at its default, so configs with
+        default knobs are exactly those of the originals.
+        """
         return {
             "inner_optimizer": self._serialize_inner(),
             "dynamic": self.dynamic,
             "initial_scale": self.initial_scale,
             "dynamic_growth_steps": self.dynamic_growth_steps,
+            **self._settings.knobs(),
         }
 
     @classmethod
@@ -537,9 +582,32 @@ class LossScaleOptimizer:
                 "A LossScaleOptimizer config needs an 'inner_optimizer' entry "
                 "(or TF <= 2.3's 'optimizer') holding the wrapped optimizer; "
                 f"got {config!r}.")
-        inner = cls._deserialize_inner(
-            config.pop("inner_optimizer"), custom_objects)
+        inner_config = config.pop("inner_optimizer")
+        inner = cls._flavour_for_config(inner_config)._deserialize_inner(
+            inner_config, custom_objects)
         return cls._from_current_args(inner, config)
+
+    @classmethod
+    def _flavour_for_config(cls, inner_config: Any) -> type:
+        """The flavour that deserializes `inner_config` (see `_reads`)."""
+        if not cls.__dict__.get("_PICKS_FLAVOUR", False):
+            return cls
+        if not isinstance(inner_config, dict):
+            return cls._flavour_for(inner_config)
+        for attempt in range(2):
+            for _, flavour in _REGISTRY.get(cls, []):
+                if flavour._reads(inner_config):
+                    return flavour
+            if attempt or not _load_flavours(None):
+                break
+        raise TypeError(
+            "inner_optimizer must be the config of a Keras 3 or tf_keras "
+            f"optimizer; got {inner_config!r}.")
+
+    @classmethod
+    def _reads(cls, inner_config: Dict[str, Any]) -> bool:
+        """Whether this flavour deserializes `inner_config` (a flavour says)."""
+        return False
 
     @classmethod
     def _from_current_args(cls, inner_optimizer: Any,
@@ -552,22 +620,9 @@ class LossScaleOptimizer:
     @classmethod
     def _deserialize_inner(cls, config: Any,
                            custom_objects: Optional[Dict[str, Any]]) -> Any:
-        """The inner optimizer of a config: an object stays as it is."""
-        if not isinstance(config, dict):
-            return config
-        # Only tf_keras writes `is_legacy_optimizer` into an optimizer's
-        # config: then the public class picks the tf_keras flavour, as its
-        # constructor would. The tf_keras flavour overrides this method.
-        if "is_legacy_optimizer" in config.get("config", {}):
-            from tf_lossscale.tf_keras_optimizer import (
-                TfKerasLossScaleOptimizer)
-            return TfKerasLossScaleOptimizer._deserialize_inner(
-                config, custom_objects)
-        import keras
-        try:
-            return keras.optimizers.deserialize(
-                config, custom_objects=custom_objects)
-        except (TypeError, ValueError) as e:
-            raise TypeError(
-                "inner_optimizer must be a Keras 3 optimizer or its config; "
-                f"Keras could not deserialize {config!r}: {e}") from e
+        raise NotImplementedError
+
+
+# `__new__` picks the flavour; what it accepts is the constructor's.
+LossScaleOptimizer.__new__.__signature__ = inspect.signature(  # type: ignore
+    LossScaleOptimizer.__init__)

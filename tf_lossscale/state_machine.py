@@ -1,8 +1,9 @@
-"""The dynamic loss-scale transition rule, as one pure function.
+"""The dynamic loss-scale rule and its defaults: one pure function, one module.
 
-Every wrapper in this package (`DynamicLossScale`, both Keras optimizer
-flavours, the TF1 optimizer) keeps its state in variables and calls
-`next_state` to compute the next one; none writes the rule again.
+Every wrapper in this package (`DynamicLossScale`, every Keras optimizer
+flavour, the TF1 optimizer) keeps its state in variables and calls
+`transition` (through `step.advance`) to compute the next one; none writes the
+rule or a default again.
 
 Glossary (the public API keeps TensorFlow's names, the code uses these):
 
@@ -12,31 +13,124 @@ here            `DynamicLossScale`      Keras `LossScaleOptimizer`
 scale           current loss scale      `loss_scale`
 good_steps      `good_steps`            `dynamic_counter`
 period          `increment_period`      `dynamic_growth_steps`
-multiplier      `multiplier`            (always 2)
+growth_factor   `multiplier`            `growth_factor` (2)
+backoff         `1 / multiplier`        `backoff_factor` (0.5)
+bad_steps       (none)                  non-finite steps since the last
+                                        growth (only with `hysteresis`)
 ==============  ======================  ============================
 
 The rule, for one step whose gradients are `finite` (all of them) or not::
 
     if finite:
-        if good_steps + 1 >= period:
-            scale = scale * multiplier  if that product is finite, else scale
-            good_steps = 0
+        if good_steps + 1 >= period:          # a growth step
+            if scale * growth_factor <= max_scale:   # also: is finite
+                scale = scale * growth_factor
+            good_steps = 0; bad_steps = 0
         else:
             good_steps += 1
     else:
-        scale = max(scale / multiplier, min_scale)
+        bad_steps += 1
+        if bad_steps >= hysteresis:
+            scale = max(scale / backoff_divisor, min_scale)
         good_steps = 0
+
+With the defaults (`hysteresis=1`, `max_scale` the largest float32,
+`min_scale=1`, one factor for growth and back-off) this is exactly
+TensorFlow's `DynamicLossScale`.
 """
 
 from __future__ import annotations
 
-from typing import Tuple, Union
+import dataclasses
+from typing import NamedTuple, Optional, Tuple, Union
 
 import tensorflow as tf
 
-__all__ = ["next_state"]
+from tf_lossscale._checks import FLOAT32_MAX
+
+__all__ = [
+    "DEFAULT_GROWTH_STEPS",
+    "DEFAULT_INITIAL_SCALE",
+    "DEFAULT_MULTIPLIER",
+    "FLOAT32_MAX",
+    "Rule",
+    "State",
+    "next_state",
+    "transition",
+]
+
+# TensorFlow's defaults, for both `DynamicLossScale` and the optimizers.
+DEFAULT_INITIAL_SCALE = 2.0**15
+DEFAULT_GROWTH_STEPS = 2000
+DEFAULT_MULTIPLIER = 2.0
 
 TensorLike = Union[tf.Tensor, tf.Variable, float, int, bool]
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """The constants of the rule (checked by the callers' constructors).
+
+    Python numbers in the wrappers; scalar tensors are accepted too (tests
+    trace the rule with tensor constants).
+
+    `backoff_divisor` divides (as TensorFlow divides by its multiplier), so a
+    multiplier that float32 cannot invert exactly, such as 3, backs off
+    exactly as TensorFlow's class does. `max_scale=None` means the largest
+    float32, which lets the scale grow to any finite value.
+    """
+
+    period: TensorLike = DEFAULT_GROWTH_STEPS
+    growth_factor: TensorLike = DEFAULT_MULTIPLIER
+    backoff_divisor: TensorLike = DEFAULT_MULTIPLIER
+    min_scale: TensorLike = 1.0
+    max_scale: Optional[TensorLike] = None
+    hysteresis: TensorLike = 1
+
+    @property
+    def needs_bad_steps(self) -> bool:
+        """Whether the state must keep `bad_steps` (only with hysteresis)."""
+        return not (isinstance(self.hysteresis, int) and self.hysteresis == 1)
+
+
+class State(NamedTuple):
+    """The variables' values: float32 scale, int64 counters."""
+
+    scale: TensorLike
+    good_steps: TensorLike
+    bad_steps: TensorLike = 0
+
+
+def transition(state: State, finite: TensorLike, rule: Rule) -> State:
+    """Returns the `State` that follows one step (the module docstring's rule).
+
+    Branch-free (`tf.where`, no `tf.cond`), so it costs a handful of scalar
+    ops, traces to the same graph eagerly, in `tf.function`, in TF1 graphs
+    and under XLA, and never places a variable read inside a branch.
+    """
+    scale = tf.convert_to_tensor(state.scale, tf.float32)
+    good = tf.convert_to_tensor(state.good_steps, tf.int64)
+    bad = tf.convert_to_tensor(state.bad_steps, tf.int64)
+    finite = tf.convert_to_tensor(finite, tf.bool)
+    max_scale = FLOAT32_MAX if rule.max_scale is None else rule.max_scale
+
+    counted = good + 1
+    grow = tf.logical_and(finite, counted >= tf.cast(rule.period, tf.int64))
+    grown = scale * tf.cast(rule.growth_factor, tf.float32)
+    # `<=` is False for inf and NaN, so a growth never leaves float32.
+    grown = tf.where(grown <= tf.cast(max_scale, tf.float32), grown, scale)
+    new_bad = tf.where(finite, tf.where(grow, tf.zeros_like(bad), bad),
+                       bad + 1)
+    backed_off = tf.maximum(
+        scale / tf.cast(rule.backoff_divisor, tf.float32),
+        tf.cast(rule.min_scale, tf.float32))
+    backs_off = new_bad >= tf.cast(rule.hysteresis, tf.int64)
+    new_scale = tf.where(
+        finite, tf.where(grow, grown, scale),
+        tf.where(backs_off, backed_off, scale))
+    keep_counting = tf.logical_and(finite, tf.logical_not(grow))
+    new_good = tf.where(keep_counting, counted, tf.zeros_like(counted))
+    return State(new_scale, new_good, new_bad)
 
 
 def next_state(
@@ -48,11 +142,7 @@ def next_state(
     multiplier: TensorLike,
     min_scale: float = 1.0,
 ) -> Tuple[tf.Tensor, tf.Tensor]:
-    """Returns the `(scale, good_steps)` that follow one step.
-
-    Branch-free (`tf.where`, no `tf.cond`), so it costs a handful of scalar
-    ops, traces to the same graph eagerly, in `tf.function`, in TF1 graphs
-    and under XLA, and never places a variable read inside a branch.
+    """TensorFlow's rule: `transition` with one multiplier and no hysteresis.
 
     Args:
       scale: current loss scale, a float32 scalar.
@@ -65,19 +155,7 @@ def next_state(
     Returns:
       The new `(scale, good_steps)` as float32 and int64 scalar tensors.
     """
-    scale = tf.convert_to_tensor(scale, tf.float32)
-    good_steps = tf.convert_to_tensor(good_steps, tf.int64)
-    finite = tf.convert_to_tensor(finite, tf.bool)
-    multiplier = tf.cast(multiplier, tf.float32)
-
-    counted = good_steps + 1
-    grow = tf.logical_and(finite, counted >= tf.cast(period, tf.int64))
-    grown = scale * multiplier
-    grown = tf.where(tf.math.is_finite(grown), grown, scale)
-    backed_off = tf.maximum(scale / multiplier, tf.cast(min_scale, tf.float32))
-
-    new_scale = tf.where(finite, tf.where(grow, grown, scale), backed_off)
-    keep_counting = tf.logical_and(finite, tf.logical_not(grow))
-    new_good_steps = tf.where(
-        keep_counting, counted, tf.zeros_like(counted))
-    return new_scale, new_good_steps
+    rule = Rule(period=period, growth_factor=multiplier,
+                backoff_divisor=multiplier, min_scale=min_scale)
+    new = transition(State(scale, good_steps), finite, rule)
+    return new.scale, new.good_steps

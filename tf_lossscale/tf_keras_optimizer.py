@@ -11,8 +11,12 @@ child `loss_scale` holding `current_loss_scale` and `good_steps`
 (`DelegatingTrackableMixin`): a `tf.train.Checkpoint` written with tf_keras'
 `LossScaleOptimizer`, or with the bare inner optimizer, restores into it and
 back. Also like it, `apply_gradients` sums the gradients across replicas
-before the finiteness check. The check, the skip and the scale rule are
-`optimizer.LossScaleOptimizer`'s, shared with the Keras 3 flavour.
+before the finiteness check, and takes gradients as unscaled when neither
+`get_scaled_loss` nor `get_unscaled_gradients` ran (with tf_keras' warning).
+The step is `step.loss_scaled_step`, shared with every flavour.
+
+`TfKerasExperimentalLossScaleOptimizer` is the deprecated
+`experimental.LossScaleOptimizer(optimizer, loss_scale)` for tf_keras.
 
 tf_keras' legacy family (`tf_keras.optimizers.legacy`, OptimizerV2) is not
 supported: wrapping one raises a `TypeError` that names the replacement.
@@ -27,8 +31,11 @@ import tensorflow as tf
 import tf_keras
 
 from tf_lossscale import _tf_private
+from tf_lossscale import distribute
 from tf_lossscale import experimental
 from tf_lossscale import optimizer as optimizer_lib
+from tf_lossscale import settings as settings_lib
+from tf_lossscale import step as step_lib
 from tf_lossscale.optimizer import InnerAttribute
 
 __all__ = [
@@ -127,15 +134,18 @@ class LossScaleState(tf.Module):
     """The dynamic loss scale's variables, under TensorFlow's checkpoint keys.
 
     `current_loss_scale` (float32) and `good_steps` (int64) are the names
-    tf_keras' and TensorFlow's loss scales write, so checkpoints interchange.
-    Both aggregate with NONE: every replica assigns the same agreed value.
+    tf_keras' and TensorFlow's loss scales write, so checkpoints interchange;
+    `bad_steps` exists only with hysteresis. All aggregate with NONE: every
+    replica assigns the same agreed value.
     """
 
-    def __init__(self, initial_scale: float) -> None:
+    def __init__(self, initial_scale: float, hysteresis: bool) -> None:
         super().__init__(name="loss_scale")
         self.current_loss_scale = self._variable(
             initial_scale, tf.float32, "current_loss_scale")
         self.good_steps = self._variable(0, tf.int64, "good_steps")
+        if hysteresis:
+            self.bad_steps = self._variable(0, tf.int64, "bad_steps")
 
     @staticmethod
     def _variable(value: Any, dtype: tf.DType, name: str) -> tf.Variable:
@@ -145,12 +155,15 @@ class LossScaleState(tf.Module):
             aggregation=tf.VariableAggregation.NONE)
 
 
-@tf_keras.saving.register_keras_serializable(
-    package="tf_lossscale", name="LossScaleOptimizer")
+def _is_tf_keras_optimizer(inner_optimizer: Any) -> bool:
+    return isinstance(inner_optimizer, tf_keras.optimizers.Optimizer)
+
+
 class TfKerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
                                 _tf_private.DelegatingTrackableMixin,
                                 tf_keras.optimizers.Optimizer,
-                                tf_keras.mixed_precision.LossScaleOptimizer):
+                                tf_keras.mixed_precision.LossScaleOptimizer,
+                                wraps=_is_tf_keras_optimizer):
     """`tf_lossscale.LossScaleOptimizer` for tf_keras optimizers.
 
     See `tf_lossscale.LossScaleOptimizer` for the arguments, the skip rule
@@ -164,27 +177,35 @@ class TfKerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
     # `inner_optimizer` property, which has no setter.
     inner_optimizer = None
 
+    # tf_keras' apply_gradients takes unmarked gradients as unscaled.
+    _UNMARKED_GRADIENTS_ARE_SCALED = False
+
     @_tf_private.no_automatic_dependency_tracking
     def __init__(self, inner_optimizer: tf_keras.optimizers.Optimizer,
                  dynamic: bool = True, initial_scale: Optional[float] = None,
                  dynamic_growth_steps: Optional[int] = None,
-                 name: Optional[str] = None) -> None:
+                 name: Optional[str] = None, *, min_scale: float = 1.0,
+                 max_scale: Optional[float] = None,
+                 growth_factor: float = 2.0, backoff_factor: float = 0.5,
+                 hysteresis: int = 1) -> None:
         _check_inner(inner_optimizer)
-        settings = optimizer_lib.check_settings(
-            dynamic, initial_scale, dynamic_growth_steps)
+        settings = settings_lib.check_settings(
+            dynamic, initial_scale, dynamic_growth_steps,
+            min_scale=min_scale, max_scale=max_scale,
+            growth_factor=growth_factor, backoff_factor=backoff_factor,
+            hysteresis=hysteresis)
+        distribute.check_supported_strategy("LossScaleOptimizer")
         # Not tf_keras' Optimizer constructor: every variable (iterations,
         # slots) is the inner optimizer's, and so is every checkpoint key.
         _tf_private.DelegatingTrackableMixin.__init__(self, inner_optimizer)
         self.inner_optimizer = inner_optimizer
         self.name = name or "LossScaleOptimizer"
-        self._settings = settings
-        self._unscaled_marks = optimizer_lib.UnscaledMarks()
-        if settings.dynamic:
-            state = LossScaleState(settings.initial_scale)
-            self.dynamic_scale = state.current_loss_scale
-            self.step_counter = state.good_steps
-            # Tracked by the inner optimizer (we are it, to a checkpoint).
-            _tf_private.track_child(inner_optimizer, state, "loss_scale")
+        self._init_loss_scaling(settings)
+        variables = _track_state(inner_optimizer, settings)
+        self._set_scale_variables(variables)
+        if settings.dynamic:  # The names of the Keras 3 flavour's variables.
+            self.dynamic_scale = variables.scale
+            self.step_counter = variables.good_steps
         _tf_private.mark_wrapped_by_loss_scale_optimizer(inner_optimizer)
 
     # tf_keras' Optimizer API, served by the inner optimizer.
@@ -208,12 +229,12 @@ class TfKerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
         load too.
         """
         return _CallableList(
-            list(self.inner_optimizer.variables) + self._scale_variables())
+            list(self.inner_optimizer.variables) + self._saved_scale_variables())
 
-    def _scale_variables(self) -> List[tf.Variable]:
-        if not self.dynamic:
-            return []
-        return [self.dynamic_scale, self.step_counter]
+    def _saved_scale_variables(self) -> List[tf.Variable]:
+        variables = self._scale_variables
+        return [v for v in (variables.scale, variables.good_steps)
+                if v is not None]
 
     def build(self, var_list: Iterable[tf.Variable]) -> None:
         """Builds the inner optimizer's slots for `var_list`."""
@@ -236,7 +257,7 @@ class TfKerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
                 f"takes {len(self.variables)} (its variables) or "
                 f"{inner_count} (its inner optimizer's alone).")
         self.inner_optimizer.set_weights(weights[:inner_count])
-        for variable, value in zip(self._scale_variables(),
+        for variable, value in zip(self._saved_scale_variables(),
                                    weights[inner_count:]):
             variable.assign(value)
 
@@ -307,9 +328,10 @@ class TfKerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
                 " it takes grads_and_vars, name, skip_gradients_aggregation "
                 "and experimental_aggregate_gradients.")
         pairs = self._checked_pairs(grads_and_vars)
-        already_unscaled = self._unscaled_marks.take()
         if not pairs:
+            self._marks.take([])
             return self.iterations
+        already_unscaled = self._already_unscaled([g for g, _ in pairs])
         with tf.init_scope():
             # Slots exist before the first step, applied or skipped.
             self.inner_optimizer.build([v for _, v in pairs])
@@ -317,13 +339,13 @@ class TfKerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
             pairs = self.inner_optimizer.aggregate_gradients(pairs)
         grads, variables = [g for g, _ in pairs], [v for _, v in pairs]
         with tf.name_scope(name or self.name):
-            self._loss_scaled_apply(grads, variables, already_unscaled)
+            self._step(grads, variables, already_unscaled)
         return self.iterations
 
     def _checked_pairs(self, grads_and_vars: Iterable[Tuple[Any, Any]]
                        ) -> List[Tuple[Any, Any]]:
         """The pairs that have a gradient; raises on bad input."""
-        optimizer_lib.require_replica_context()
+        distribute.require_replica_context("apply_gradients()")
         pairs = list(grads_and_vars)
         kept = [(g, v) for g, v in pairs if g is not None]
         if pairs and not kept:
@@ -334,7 +356,22 @@ class TfKerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
             [g for g, _ in kept], [v for _, v in kept])
         return kept
 
-    # Hooks of optimizer_lib.LossScaleOptimizer.
+    def _unmarked_gradients_are_scaled(self) -> bool:
+        _tf_private.tf_logging_warning(
+            "You forgot to call LossScaleOptimizer.get_scaled_loss() and "
+            "LossScaleOptimizer.get_unscaled_gradients() before calling "
+            "LossScaleOptimizer.apply_gradients(). This will likely result in "
+            "worse model quality, so please call them in the correct places! "
+            "For example:\n  with tf.GradientTape() as tape:\n"
+            "    loss = opt.get_scaled_loss(loss)\n"
+            "  grads = tape.gradient(loss, vars)\n"
+            "  grads = opt.get_unscaled_gradients(grads)\n"
+            "  opt.apply_gradients(zip(grads, vars))\n"
+            "The gradients are applied as they are, unscaled, as tf_keras "
+            "does.")
+        return False
+
+    # The parts `optimizer_lib.LossScaleOptimizer._step` is handed.
 
     def _apply_inner(self, grads: List[Any], variables: List[Any]) -> None:
         # Already summed across replicas (or the caller chose not to).
@@ -346,6 +383,15 @@ class TfKerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
 
     def _serialize_inner(self) -> Dict[str, Any]:
         return tf_keras.optimizers.serialize(self.inner_optimizer)
+
+    @classmethod
+    def _reads(cls, inner_config: Dict[str, Any]) -> bool:
+        # tf_keras writes `is_legacy_optimizer` (False for this family) into
+        # every optimizer config; a config without it is a TF <= 2.3 one,
+        # tf_keras' when tf.keras is tf_keras in this process.
+        flag = inner_config.get("config", {}).get("is_legacy_optimizer")
+        return flag is False or (
+            flag is None and optimizer_lib.legacy_keras_requested())
 
     @classmethod
     def _deserialize_inner(cls, config: Any,
@@ -364,22 +410,29 @@ for _name in HYPERPARAMETERS:
 del _name
 
 
+tf_keras.saving.register_keras_serializable(
+    package="tf_lossscale", name="LossScaleOptimizer")(TfKerasLossScaleOptimizer)
+
+
 @tf_keras.saving.register_keras_serializable(
     package="tf_lossscale", name="ExperimentalLossScaleOptimizer")
 class TfKerasExperimentalLossScaleOptimizer(experimental.LossScaleOptimizer,
-                                            TfKerasLossScaleOptimizer):
+                                            TfKerasLossScaleOptimizer,
+                                            wraps=_is_tf_keras_optimizer):
     """The deprecated optimizer wrapping a tf_keras optimizer."""
 
 
-def flavour_for(inner_optimizer: Any) -> type:
-    """The class that wraps a tf_keras optimizer; raises for any other.
-
-    Raises:
-      TypeError: `inner_optimizer` is of tf_keras' legacy family.
-    """
-    _reject_legacy_family(inner_optimizer)
-    return TfKerasLossScaleOptimizer
-
-
-experimental._register_flavour(TfKerasLossScaleOptimizer,
-                              TfKerasExperimentalLossScaleOptimizer)
+def _track_state(inner_optimizer: Any, settings: settings_lib.Settings
+                 ) -> step_lib.ScaleVariables:
+    """Creates the scale's variables; the checkpointed ones under the inner
+    optimizer's `loss_scale` child (we are the inner optimizer, to a
+    checkpoint), as tf_keras' wrapper does."""
+    skipped = optimizer_lib.skipped_steps_variable()
+    if not settings.dynamic:
+        return step_lib.ScaleVariables(skipped=skipped)
+    state = LossScaleState(settings.initial_scale,
+                           settings.rule().needs_bad_steps)
+    _tf_private.track_child(inner_optimizer, state, "loss_scale")
+    return step_lib.ScaleVariables(
+        state.current_loss_scale, state.good_steps,
+        getattr(state, "bad_steps", None), skipped)

@@ -23,6 +23,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 import tensorflow as tf
 
 from tf_lossscale import _checks
+from tf_lossscale import distribute
 from tf_lossscale import finite as finite_lib
 from tf_lossscale import loss_scale as loss_scale_lib
 
@@ -105,6 +106,9 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
         super().__init__(use_locking=False, name=opt.get_name())
         self._optimizer = opt
         self._loss_scale = resolved
+        # TensorFlow's checkpoint keys, so checkpoints interchange.
+        self._track_trackable(opt, "base_optimizer")
+        self._track_trackable(resolved, "loss_scale")
 
     @property
     def inner_optimizer(self) -> _V1Optimizer:
@@ -169,16 +173,12 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
           The training op.
 
         Raises:
-          RuntimeError: called in a cross-replica context.
+          ReplicaContextError: called in a cross-replica context (both a
+            RuntimeError and, as TensorFlow raises, a ValueError).
           ValueError: no variables, or no variable has a gradient.
         """
-        if tf.distribute.in_cross_replica_context():
-            raise RuntimeError(
-                "MixedPrecisionLossScaleOptimizer.apply_gradients() must be "
-                "called in a replica context (inside strategy.run or "
-                "strategy.extended.call_for_each_replica); it was called in a "
-                "cross-replica context under "
-                f"{type(tf.distribute.get_strategy()).__name__}.")
+        distribute.require_replica_context(
+            "MixedPrecisionLossScaleOptimizer.apply_gradients()")
         grads_and_vars = tuple(grads_and_vars)
         _check_has_gradients(grads_and_vars)
         return tf.distribute.get_replica_context().merge_call(
@@ -245,10 +245,7 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
                 args=(grads_and_vars, global_step, name + "-wrapped"))
             return strategy.group(per_replica)
 
-        if isinstance(should_apply, bool):
-            maybe_apply = apply_fn() if should_apply else tf.no_op()
-        else:
-            maybe_apply = tf.cond(should_apply, apply_fn, tf.no_op)
+        maybe_apply = distribute.branch(should_apply, apply_fn, tf.no_op)
         ops = [op for op in (maybe_apply, update_op) if op is not None]
         return tf.group(*ops, name=name)
 

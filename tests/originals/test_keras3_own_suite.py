@@ -50,37 +50,9 @@ DESELECT = {
         "`dynamic` in its config, so get_config() has 5 keys, not Keras' 4.",
 }
 
-_UNSUPPORTED_BASE_ARGS = (
-    "weight_decay", "clipnorm", "global_clipnorm", "clipvalue", "use_ema",
-    "ema_momentum", "ema_overwrite_frequency", "loss_scale_factor",
-    "gradient_accumulation_steps")
-
-XFAIL = {
-    "test_finite_step_with_inner_loss_scale_stateful": (
-        "defect: an inner optimizer with loss_scale_factor set is refused "
-        "with ValueError (keras_optimizer._check_inner); Keras' wrapper "
-        "accepts it and sets the inner loss_scale_factor to None.",
-        ValueError),
-    "test_finite_step_with_overwrite_stateful": (
-        "defect: the gradient of a variable with overwrite_with_gradient="
-        "True is divided by the loss scale (LossScaleOptimizer."
-        "_loss_scaled_apply via finite.unscale_and_check); Keras passes it "
-        "through unchanged, so the variable gets grads/32768.",
-        AssertionError),
-    "test_init_unsupported_arg": (
-        "defect: unknown keyword arguments raise TypeError (Python's, from "
-        "KerasLossScaleOptimizer.__init__'s signature); Keras raises "
-        "ValueError listing them as 'arguments: `foo`, `bar`'.",
-        TypeError),
-}
-XFAIL.update({
-    f"test_init_base_optimizer_unsupported_args_{name}": (
-        f"defect: the base-optimizer argument {name}= on the wrapper raises "
-        "TypeError (Python's, from KerasLossScaleOptimizer.__init__'s "
-        "signature); Keras raises ValueError saying to set it 'on the "
-        "`inner_optimizer`'.",
-        TypeError)
-    for name in _UNSUPPORTED_BASE_ARGS})
+# Strict xfails for defects still open: {test name: (reason, exception)}.
+# Every defect Keras' suite found is fixed, so none is open.
+XFAIL: dict = {}
 
 
 def test_keras_suite_constructs_ours():

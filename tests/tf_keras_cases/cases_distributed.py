@@ -28,10 +28,9 @@ def _train_step(strategy, opt, var, documented):
         replica = tf.distribute.get_replica_context().replica_id_in_sync_group
         with tf.GradientTape() as tape:
             loss = tf.reduce_sum(var * var)
-            if documented:
-                loss = opt.get_scaled_loss(loss)
-            else:
-                loss = loss * opt.loss_scale
+            # Either way the loss is scaled; only the documented flow
+            # unscales before apply_gradients (else it takes them as scaled).
+            loss = opt.get_scaled_loss(loss)
         grads = tape.gradient(loss, [var])
         if documented:
             grads = opt.get_unscaled_gradients(grads)

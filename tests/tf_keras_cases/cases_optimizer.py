@@ -145,8 +145,10 @@ def _documented_step(opt, var):
 
 
 def _scaled_step(opt, var):
+    # get_scaled_loss ran and get_unscaled_gradients did not: the
+    # gradients are taken as scaled (API.md section 2).
     with tf.GradientTape() as tape:
-        loss = tf.reduce_sum(var * var) * opt.loss_scale
+        loss = opt.get_scaled_loss(tf.reduce_sum(var * var))
     opt.apply_gradients(zip(tape.gradient(loss, [var]), [var]))
 
 
@@ -254,7 +256,8 @@ def test_sparse_gradients_are_applied_and_checked(mode):
         return tf.IndexedSlices(tf.constant(values), tf.constant([row]),
                                 tf.constant([4, 2]))
 
-    step(rows([[4.0, 8.0]], 1))  # Scaled by 4: unscaled [1, 2].
+    # Unmarked gradients are unscaled to tf_keras (a warning says so).
+    step(rows([[1.0, 2.0]], 1))
     step(rows([[np.nan, 4.0]], 2))
     np.testing.assert_array_equal(
         var.numpy(), [[1, 1], [0.5, 0], [1, 1], [1, 1]])
@@ -442,3 +445,34 @@ def test_readme_tf_keras_example_runs_as_written(mixed_float16):
     assert namespace["model"].optimizer is opt
     assert int(opt.iterations) == 9
     assert 1.0 <= float(opt.loss_scale) <= 2.0**15
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_unmarked_gradients_are_applied_unscaled_with_tf_keras_warning(
+        mode, caplog):
+    """Neither scaling method ran: as tf_keras' own wrapper, unscaled."""
+    results = []
+    for make in (tf_lossscale.LossScaleOptimizer,
+                 tf_keras.mixed_precision.LossScaleOptimizer):
+        var = tf.Variable(1.0)
+        opt = make(tf_keras.optimizers.SGD(1.0))
+        with caplog.at_level("WARNING"):
+            _runner(mode, lambda: opt.apply_gradients(
+                [(tf.constant(1.0), var)]))()
+        results.append(float(var.numpy()))
+        assert "You forgot to call" in caplog.text
+        caplog.clear()
+    assert results == [0.0, 0.0]
+
+
+def test_looking_at_unscaled_gradients_keeps_the_scaled_ones_scaled():
+    """get_unscaled_gradients only to log a norm, then apply the scaled."""
+    var = tf.Variable([1.0, 2.0])
+    opt = _lso(initial_scale=1024.0)
+    with tf.GradientTape() as tape:
+        loss = opt.get_scaled_loss(tf.reduce_sum(var * var))
+    grads = tape.gradient(loss, [var])
+    norm = tf.linalg.global_norm(opt.get_unscaled_gradients(grads))
+    opt.apply_gradients(zip(grads, [var]))
+    assert float(norm) == pytest.approx(float(tf.norm([2.0, 4.0])))
+    np.testing.assert_array_equal(var.numpy(), [0.5, 1.0])

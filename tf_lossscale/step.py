@@ -1,0 +1,128 @@
+"""One loss-scaled step, and the thin variable shell around the rule.
+
+`loss_scaled_step` is what every Keras flavour's `apply_gradients` calls,
+read top to bottom::
+
+    unscaled, finite = unscale and check (finite.py)
+    finite = agree across replicas              (distribute.py)
+    apply(unscaled) if finite else skip()       (distribute.py)
+    advance the scale state                     (state_machine.py, below)
+
+It is handed everything it needs: the inner optimizer's update (`apply`),
+what a skipped step still does (`skip`: advance `iterations`), and the
+variables. `advance` assigns the state that `state_machine.transition`
+computes; `DynamicLossScale.update` uses it too.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
+
+import tensorflow as tf
+
+from tf_lossscale import distribute
+from tf_lossscale import finite as finite_lib
+from tf_lossscale import state_machine
+
+__all__ = ["ScaleVariables", "advance", "loss_scaled_step"]
+
+
+class ScaleVariables(NamedTuple):
+    """The variables one loss scale keeps (None where a setting needs none).
+
+    `scale` and `good_steps` are the dynamic state (None for a fixed
+    scale), `bad_steps` exists only with hysteresis, and `skipped` is the
+    telemetry counter (never in a checkpoint).
+    """
+
+    scale: Optional[tf.Variable] = None
+    good_steps: Optional[tf.Variable] = None
+    bad_steps: Optional[tf.Variable] = None
+    skipped: Optional[tf.Variable] = None
+
+
+def advance(variables: ScaleVariables, finite: tf.Tensor,
+            rule: Optional[state_machine.Rule]) -> tf.Operation:
+    """Assigns the state that follows a step; returns the assignments' op.
+
+    Every write waits for every new value (so for every read): a TF1 graph
+    orders nothing by itself, and no read may see a half-written state.
+    With `rule=None` (a fixed scale) only `skipped` changes.
+    """
+    writes: List[Any] = []
+    new_values: List[tf.Tensor] = []
+    if rule is not None and variables.scale is not None:
+        old = state_machine.State(
+            _read(variables.scale), _read(variables.good_steps),
+            0 if variables.bad_steps is None else _read(variables.bad_steps))
+        new = state_machine.transition(old, finite, rule)
+        pairs = [(variables.scale, new.scale),
+                 (variables.good_steps, new.good_steps),
+                 (variables.bad_steps, new.bad_steps)]
+        writes += [(v, x) for v, x in pairs if v is not None]
+        new_values += [x for _, x in writes]
+    if variables.skipped is not None:
+        skipped = _read(variables.skipped) + tf.cast(
+            tf.logical_not(finite), tf.int64)
+        writes.append((variables.skipped, skipped))
+        new_values.append(skipped)
+    with tf.control_dependencies(new_values):
+        return tf.group(*[v.assign(x) for v, x in writes])
+
+
+def _read(variable: Any) -> tf.Tensor:
+    """The value of a tf.Variable or a Keras 3 variable (no `read_value`)."""
+    return tf.convert_to_tensor(variable)
+
+
+def _unscale_and_check(grads: List[Any], scale: tf.Tensor,
+                       already_unscaled: bool,
+                       keep: Optional[Sequence[bool]]
+                       ) -> Tuple[List[Any], tf.Tensor]:
+    """The gradients to apply, and whether all of them are finite."""
+    if already_unscaled:
+        return grads, finite_lib.all_finite(grads)
+    if keep is None or not any(keep):
+        return finite_lib.unscale_and_check(grads, scale)
+    divided, finite = finite_lib.unscale_and_check(
+        [None if k else g for g, k in zip(grads, keep)], scale)
+    kept_finite = finite_lib.all_finite([g for g, k in zip(grads, keep) if k])
+    merged = [g if k else d for g, d, k in zip(grads, divided, keep)]
+    return merged, tf.logical_and(finite, kept_finite)
+
+
+def loss_scaled_step(
+    grads: List[Any],
+    *,
+    scale: tf.Tensor,
+    already_unscaled: bool,
+    apply: Callable[[List[Any]], Any],
+    skip: Callable[[], Any],
+    variables: ScaleVariables,
+    rule: Optional[state_machine.Rule],
+    keep: Optional[Sequence[bool]] = None,
+) -> tf.Tensor:
+    """Checks, agrees, applies or skips, and advances; in a replica context.
+
+    Args:
+      grads: the step's gradients (tensors, `tf.IndexedSlices` or None).
+      scale: the current loss scale, which `grads` carry unless
+        `already_unscaled`.
+      already_unscaled: whether `grads` were divided by `scale` already.
+      apply: the inner optimizer's update, given the unscaled gradients.
+      skip: what a skipped step still does (advance `iterations`).
+      variables: the loss scale's variables.
+      rule: the dynamic rule, or None for a fixed scale.
+      keep: per gradient, True where it is not a gradient to unscale but a
+        value to apply as it is (Keras 3's `overwrite_with_gradient`
+        variables); it is still checked.
+
+    Returns:
+      The agreed verdict, a scalar bool tensor (True: applied).
+    """
+    unscaled, finite = _unscale_and_check(grads, scale, already_unscaled, keep)
+    finite = distribute.agree(finite)
+    distribute.apply_or_skip(finite, unscaled, apply, skip)
+    # Last, so that an inner optimizer that raises leaves the scale as it is.
+    advance(variables, finite, rule)
+    return finite
