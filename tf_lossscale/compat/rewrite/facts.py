@@ -48,6 +48,7 @@ class Kind(enum.Enum):
 _LOSS_SCALE_KINDS = (Kind.LOSS_SCALE_OPTIMIZER, Kind.EXPERIMENTAL_OPTIMIZER)
 _EXPERIMENTAL_OPTIMIZER = (
     "tensorflow.keras.mixed_precision.experimental.LossScaleOptimizer")
+_LEGACY_SET_POLICY = "tensorflow.keras.mixed_precision.experimental.set_policy"
 
 
 def _join(kinds: Set[Kind]) -> Kind:
@@ -266,15 +267,46 @@ class Facts:
         return reaching
 
     def is_loss_scale_optimizer(self, node: cst.BaseExpression) -> bool:
-        """True if `node` makes a loss-scale optimizer of any vintage.
+        """True if `node` makes a loss-scale optimizer here, as far as the
+        legacy code that asks for its loss scale could have run.
 
-        `<anything>.optimizer` counts as one: a Keras model's optimizer,
-        which legacy code only asks for its loss scale when it is one.
+        A name may also hold a plain Keras optimizer (`opt = SGD(); if amp:
+        opt = LossScaleOptimizer(opt)`): legacy code reads `opt.loss_scale`
+        only where it is the wrapper. `<anything>.optimizer` assigned nowhere
+        in the module is a Keras model's optimizer, which counts the same.
         """
         if isinstance(node, cst.Attribute) and node.attr.value == (
                 "optimizer") and not self.reaching(node):
             return True
-        return self.kind(node) in _LOSS_SCALE_KINDS
+        kinds = self._possible_kinds(node)
+        return bool(kinds & set(_LOSS_SCALE_KINDS)) and kinds <= {
+            *_LOSS_SCALE_KINDS, Kind.KERAS_OPTIMIZER}
+
+    def may_be_experimental(self, node: cst.BaseExpression) -> bool:
+        """True if `node` may be TF 2.1-2.3's experimental optimizer.
+
+        Also a model's `.optimizer` (assigned nowhere in the module) where
+        the module sets a TF 2.1-2.3 policy, whose compile wrapped in it.
+        """
+        if isinstance(node, cst.Attribute) and node.attr.value == (
+                "optimizer") and not self.reaching(node):
+            return self._sets_legacy_policy()
+        return Kind.EXPERIMENTAL_OPTIMIZER in self._possible_kinds(node)
+
+    def may_be_policy(self, node: cst.BaseExpression) -> bool:
+        return Kind.POLICY in self._possible_kinds(node)
+
+    def _sets_legacy_policy(self) -> bool:
+        return any(self._name_of(call.func) == _LEGACY_SET_POLICY
+                   for call in self._syntax.calls)
+
+    def _possible_kinds(self, node: cst.BaseExpression) -> Set[Kind]:
+        """The kinds `node` may have, one per assignment that reaches it."""
+        if isinstance(node, (cst.Name, cst.Attribute)):
+            values = self.reaching(node)
+            if values:
+                return {self._kind(v, frozenset({id(node)})) for v in values}
+        return {self.kind(node)}
 
     @staticmethod
     def rewrite_optimizer(node: cst.Call) -> Optional[cst.BaseExpression]:

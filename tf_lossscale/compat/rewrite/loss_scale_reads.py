@@ -17,7 +17,6 @@ from __future__ import annotations
 import libcst as cst
 
 from tf_lossscale.compat.rewrite.context import Context
-from tf_lossscale.compat.rewrite.facts import Kind
 from tf_lossscale.compat.rewrite.syntax import code
 
 __all__ = ["is_loss_scale_call", "rewrite_call", "check_read"]
@@ -40,7 +39,7 @@ def rewrite_call(ctx: Context, original: cst.Call,
     receiver = original.func.value
     if ctx.facts.is_loss_scale_optimizer(receiver):
         return updated.func
-    if ctx.facts.kind(receiver) is Kind.POLICY:
+    if ctx.facts.may_be_policy(receiver):
         ctx.note(original, _POLICY.format(code(original)))
     else:
         ctx.note(original, f"{code(original)}: the rewriter cannot tell "
@@ -54,10 +53,9 @@ def check_read(ctx: Context, original: cst.Attribute) -> None:
     """Notes a read of `x.loss_scale` that means something else now."""
     if original.attr.value != "loss_scale" or not ctx.is_read(original):
         return
-    kind = ctx.facts.kind(original.value)
-    if kind is Kind.POLICY:
+    if ctx.facts.may_be_policy(original.value):
         ctx.note(original, _POLICY.format(code(original)))
-    elif kind is Kind.EXPERIMENTAL_OPTIMIZER:
+    elif ctx.facts.may_be_experimental(original.value):
         ctx.note(original, f"{code(original)} was a LossScale object "
                  "(callable, printed as DynamicLossScale(...)); it is the "
                  "current scale, a float32 tensor, now; rewrite this use by "
