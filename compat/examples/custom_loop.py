@@ -51,4 +51,7 @@ for epoch in range(8):
 print('optimizer: %s.%s' % (type(optimizer).__module__,
                             type(optimizer).__name__))
 print('initial loss %.5f' % initial_loss)
-print('final loss %.5f' % float(loss_object(y_train, model(x_train))))
+final_loss = float(loss_object(y_train, model(x_train)))
+print('final loss %.5f' % final_loss)
+if not final_loss < initial_loss / 5:
+  raise SystemExit('the model did not learn')

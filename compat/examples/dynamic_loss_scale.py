@@ -38,4 +38,7 @@ print('loss scale: %s.%s' % (type(loss_scale).__module__,
 print('skipped steps %d' % skipped)
 print('final loss scale %g' % float(loss_scale()))
 print('initial loss %.5f' % initial_loss)
-print('final loss %.5f' % float(loss_fn()))
+final_loss = float(loss_fn())
+print('final loss %.5f' % final_loss)
+if skipped < 1 or not final_loss < initial_loss / 5:
+  raise SystemExit('no step was skipped, or the model did not learn')

@@ -35,4 +35,10 @@ history = model.fit(x_train, y_train, batch_size=64, epochs=8, verbose=0)
 opt_class = type(model.optimizer)
 print('optimizer: %s.%s' % (opt_class.__module__, opt_class.__name__))
 print('initial loss %.5f' % initial_loss)
-print('final loss %.5f' % history.history['loss'][-1])
+print('compute dtype %s' % model.get_layer('dense_1').compute_dtype)
+final_loss = history.history['loss'][-1]
+print('final loss %.5f' % final_loss)
+if model.get_layer('dense_1').compute_dtype != 'float16':
+  raise SystemExit('the policy did not reach the layers')
+if not final_loss < initial_loss / 5:
+  raise SystemExit('the model did not learn')

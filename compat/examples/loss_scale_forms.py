@@ -21,8 +21,11 @@ def train(name, opt):
       scaled_loss = opt.get_scaled_loss(loss_fn())
     grads = opt.get_unscaled_gradients(tape.gradient(scaled_loss, [w]))
     opt.apply_gradients(zip(grads, [w]))
+  final_loss = float(loss_fn())
   print('%s: optimizer %s initial loss %.5f final loss %.5f' % (
-      name, type(opt).__module__, initial_loss, float(loss_fn())))
+      name, type(opt).__module__, initial_loss, final_loss))
+  if not final_loss < initial_loss / 5:
+    raise SystemExit('%s did not learn' % name)
 
 
 train('dynamic', tf.keras.mixed_precision.experimental.LossScaleOptimizer(

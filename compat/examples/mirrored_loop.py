@@ -65,4 +65,7 @@ for epoch in range(4):
 print('optimizer: %s.%s' % (type(optimizer).__module__,
                             type(optimizer).__name__))
 print('initial loss %.5f' % initial_loss)
-print('final loss %.5f' % full_loss())
+final_loss = full_loss()
+print('final loss %.5f' % final_loss)
+if not final_loss < initial_loss / 5:
+  raise SystemExit('the model did not learn')

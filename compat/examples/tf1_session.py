@@ -33,4 +33,7 @@ with tf.Session() as sess:
     sess.run(train_op, feed)
   print('optimizer: %s.%s' % (type(opt).__module__, type(opt).__name__))
   print('initial loss %.5f' % initial_loss)
-  print('final loss %.5f' % sess.run(loss, feed))
+  final_loss = sess.run(loss, feed)
+  print('final loss %.5f' % final_loss)
+if not final_loss < initial_loss / 5:
+  raise SystemExit('the model did not learn')
