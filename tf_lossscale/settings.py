@@ -13,10 +13,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, Optional
 
-from tf_lossscale import _checks
-from tf_lossscale import state_machine
+import numpy as np
 
-__all__ = ["KNOB_DEFAULTS", "Settings", "check_settings"]
+from tf_lossscale import _checks, state_machine
+
+__all__ = [
+    "KNOB_DEFAULTS", "SMALLEST_NORMAL_FLOAT32", "Settings", "check_settings"]
+
+# The least `min_scale`: 2**-126, the smallest normal float32.
+SMALLEST_NORMAL_FLOAT32 = float(np.finfo(np.float32).tiny)
 
 # Keyword-only knobs and their defaults; at these values the rule is
 # TensorFlow's and no knob appears in a config.
@@ -47,7 +52,7 @@ class Settings:
         return state_machine.Rule(
             period=self.dynamic_growth_steps or 1,
             growth_factor=self.growth_factor,
-            backoff_divisor=1.0 / self.backoff_factor,
+            backoff_factor=self.backoff_factor,
             min_scale=self.min_scale, max_scale=self.max_scale,
             hysteresis=self.hysteresis)
 
@@ -72,8 +77,11 @@ def _check_knobs(knobs: Dict[str, Any], initial_scale: float
                  ) -> Dict[str, Any]:
     """Checks the knobs of a dynamic scale; raises ValueError naming one."""
     checked = dict(KNOB_DEFAULTS)
+    # TensorFlow flushes subnormal float32s to zero on CPU: a floor below
+    # the smallest normal float32 could let the scale reach 0, where it
+    # would stay (0 grows to 0).
     checked["min_scale"] = _checks.check_real(
-        "min_scale", knobs["min_scale"], minimum=0.0, inclusive=False)
+        "min_scale", knobs["min_scale"], minimum=SMALLEST_NORMAL_FLOAT32)
     if knobs["max_scale"] is not None:
         checked["max_scale"] = _checks.check_real(
             "max_scale", knobs["max_scale"], minimum=checked["min_scale"])
@@ -83,10 +91,11 @@ def _check_knobs(knobs: Dict[str, Any], initial_scale: float
     checked["backoff_factor"] = _checks.check_real(
         "backoff_factor", knobs["backoff_factor"], minimum=0.0,
         inclusive=False, maximum=1.0)
-    if checked["backoff_factor"] == 1.0:
+    if np.float32(checked["backoff_factor"]) >= 1:
         raise ValueError(
-            "backoff_factor must be a number in (0, 1); got 1.0, which would "
-            "never lower the scale.")
+            "backoff_factor must be a number in (0, 1); got "
+            f"{knobs['backoff_factor']!r}, which is 1.0 as a float32 (its "
+            "storage) and would never lower the scale.")
     checked["hysteresis"] = _checks.check_int(
         "hysteresis", knobs["hysteresis"], minimum=1)
     upper = checked["max_scale"]
@@ -147,8 +156,9 @@ def _fixed_settings(initial_scale: Any, dynamic_growth_steps: Any,
             f"scale never grows); got {dynamic_growth_steps!r}.")
     changed = sorted(k for k, v in knobs.items() if v != KNOB_DEFAULTS[k])
     if changed:
+        given = ", ".join(f"{k}={knobs[k]!r}" for k in changed)
         raise ValueError(
-            f"{', '.join(changed)} only apply to a dynamic loss scale; got "
-            f"them with dynamic=False. Pass dynamic=True, or drop them.")
+            f"{given}: the knobs {changed} apply only to a dynamic loss "
+            "scale, and dynamic=False. Pass dynamic=True, or drop them.")
     return Settings(False, _checks.check_real(
         "initial_scale", initial_scale, minimum=1.0), None)

@@ -14,7 +14,7 @@ scale           current loss scale      `loss_scale`
 good_steps      `good_steps`            `dynamic_counter`
 period          `increment_period`      `dynamic_growth_steps`
 growth_factor   `multiplier`            `growth_factor` (2)
-backoff         `1 / multiplier`        `backoff_factor` (0.5)
+backoff         divide by `multiplier`  times `backoff_factor` (0.5)
 bad_steps       (none)                  non-finite steps since the last
                                         growth (only with `hysteresis`)
 ==============  ======================  ============================
@@ -31,12 +31,23 @@ The rule, for one step whose gradients are `finite` (all of them) or not::
     else:
         bad_steps += 1
         if bad_steps >= hysteresis:
-            scale = max(scale / backoff_divisor, min_scale)
+            scale = max(backed_off(scale), min_scale)
         good_steps = 0
 
+where `backed_off(scale)` is `scale * backoff_factor` when the rule has a
+`backoff_factor` (the optimizers' knob, a multiplier as in PyTorch's
+`GradScaler`) and `scale / backoff_divisor` otherwise (TensorFlow's
+`DynamicLossScale`, which divides by its multiplier). Every number is a
+float32 and every product and quotient is rounded to float32; the counters
+are int64. `bad_steps` counts the non-finite steps since the last growth
+step (a finite step that reaches `period`, grown or capped): it is not reset
+by a back-off, so once `hysteresis` is reached every further non-finite step
+backs off until the next growth step (Megatron-LM's rule).
+
 With the defaults (`hysteresis=1`, `max_scale` the largest float32,
-`min_scale=1`, one factor for growth and back-off) this is exactly
-TensorFlow's `DynamicLossScale`.
+`min_scale=1`, growth by 2 and back-off by half) this is exactly
+TensorFlow's `DynamicLossScale`: halving multiplies by 0.5 or divides by 2,
+which round alike.
 """
 
 from __future__ import annotations
@@ -74,9 +85,12 @@ class Rule:
     Python numbers in the wrappers; scalar tensors are accepted too (tests
     trace the rule with tensor constants).
 
-    `backoff_divisor` divides (as TensorFlow divides by its multiplier), so a
-    multiplier that float32 cannot invert exactly, such as 3, backs off
-    exactly as TensorFlow's class does. `max_scale=None` means the largest
+    A back-off multiplies by `backoff_factor` when it is set (the
+    optimizers' knob: `backoff_factor=0.3` means `scale * float32(0.3)`, not
+    a division by the float32 rounding of 1 / 0.3), and divides by
+    `backoff_divisor` otherwise (as TensorFlow divides by its multiplier, so
+    a multiplier that float32 cannot invert exactly, such as 3, backs off
+    exactly as TensorFlow's class does). `max_scale=None` means the largest
     float32, which lets the scale grow to any finite value.
     """
 
@@ -86,6 +100,7 @@ class Rule:
     min_scale: TensorLike = 1.0
     max_scale: Optional[TensorLike] = None
     hysteresis: TensorLike = 1
+    backoff_factor: Optional[TensorLike] = None
 
     @property
     def needs_bad_steps(self) -> bool:
@@ -121,9 +136,11 @@ def transition(state: State, finite: TensorLike, rule: Rule) -> State:
     grown = tf.where(grown <= tf.cast(max_scale, tf.float32), grown, scale)
     new_bad = tf.where(finite, tf.where(grow, tf.zeros_like(bad), bad),
                        bad + 1)
-    backed_off = tf.maximum(
-        scale / tf.cast(rule.backoff_divisor, tf.float32),
-        tf.cast(rule.min_scale, tf.float32))
+    if rule.backoff_factor is None:
+        lowered = scale / tf.cast(rule.backoff_divisor, tf.float32)
+    else:
+        lowered = scale * tf.cast(rule.backoff_factor, tf.float32)
+    backed_off = tf.maximum(lowered, tf.cast(rule.min_scale, tf.float32))
     backs_off = new_bad >= tf.cast(rule.hysteresis, tf.int64)
     new_scale = tf.where(
         finite, tf.where(grow, grown, scale),
