@@ -9,6 +9,7 @@ The protocol is stable since TF 2.10 but has no public spelling.
 """
 
 import tensorflow as tf
+from tensorflow.core.framework import attr_value_pb2 as _attr_value_pb2
 from tensorflow.python.platform import tf_logging as _tf_logging
 
 Trackable = tf.__internal__.tracking.Trackable
@@ -18,8 +19,8 @@ __all__ = ["DelegatingTrackableMixin", "Trackable",
            "keras_check_variables_are_known", "keras_iterations_variable",
            "mark_wrapped_by_loss_scale_optimizer",
            "no_automatic_dependency_tracking",
-           "strategy_supports_no_merge_call", "track_child",
-           "tf_logging_warning"]
+           "run_cond_as_one_call", "strategy_supports_no_merge_call",
+           "track_child", "tf_logging_warning"]
 
 # The tf_keras LossScaleOptimizer is, to a checkpoint, its inner optimizer
 # plus a `loss_scale` child: it delegates the whole trackable protocol to the
@@ -107,3 +108,33 @@ def tf_logging_warning(message: str) -> None:
     alias is bound at import time and would not be seen.
     """
     _tf_logging.warning(message)
+
+
+_IF_OPS = ("If", "StatelessIf")
+
+
+def run_cond_as_one_call(cond_output: tf.Tensor) -> bool:
+    """Keeps the `If` op behind a traced `tf.cond` output from being lowered.
+
+    By default TensorFlow lowers a traced `tf.cond` into Switch/Merge nodes,
+    one Switch per tensor the branches capture: for an optimizer update,
+    every gradient, variable and slot (about 4 per variable with Adam). Run
+    as one function call instead, the step costs markedly less (measured on
+    a 20 x Dense(256) MLP with Adam: +9.5% to +13.3% over the plain step
+    instead of +28.8% to +41.3%). The attribute is how `tf.cond` itself
+    chooses (`_lower_using_switch_merge`); it has no public spelling. Under
+    XLA and in TF1 graphs there is no such `If` op, and nothing changes.
+
+    Returns:
+      Whether an `If` op was found and marked.
+    """
+    op = cond_output.op
+    for _ in range(3):  # The output may sit behind an Identity or two.
+        if op.type in _IF_OPS:
+            op._set_attr("_lower_using_switch_merge",
+                         _attr_value_pb2.AttrValue(b=False))
+            return True
+        if not op.inputs:
+            return False
+        op = op.inputs[0].op
+    return False

@@ -148,7 +148,10 @@ def branch(verdict: Any, apply: Callable[[], Any],
     """Runs `apply()` if `verdict`, else `skip()`, for their effects.
 
     A Python bool picks in Python; a tensor through `tf.cond` (eagerly only
-    one branch runs). Returns what to group into a TF1 train op.
+    one branch runs), kept as one function call when traced with a single
+    replica rather than lowered into a Switch per captured tensor
+    (`_tf_private.run_cond_as_one_call`). Returns what to group into a TF1
+    train op.
     """
     if isinstance(verdict, bool):
         return apply() if verdict else skip()
@@ -163,12 +166,18 @@ def branch(verdict: Any, apply: Callable[[], Any],
                 return tf.identity(tf.constant(0))
         return effects
 
-    return tf.cond(verdict, run(apply), run(skip))
+    taken = tf.cond(verdict, run(apply), run(skip))
+    # One call runs on one device: with replicas on several devices, the
+    # branch must stay lowered so each replica's part runs on its own.
+    if not tf.executing_eagerly() and (
+            tf.distribute.get_strategy().num_replicas_in_sync == 1):
+        _tf_private.run_cond_as_one_call(taken)
+    return taken
 
 
 def apply_or_skip(verdict: tf.Tensor, grads: List[Any],
                   apply: Callable[[List[Any]], Any],
-                  skip: Callable[[], Any]) -> None:
+                  skip: Callable[[], Any]) -> Any:
     """Runs `apply(grads)` if `verdict`, else `skip()`, from a replica context.
 
     `verdict` must already be the same on every replica (`agree`): each
@@ -177,22 +186,21 @@ def apply_or_skip(verdict: tf.Tensor, grads: List[Any],
     (MirroredStrategy on CPU, or without XLA) cannot hold a `merge_call`
     inside a branch traced in a replica context, so there the branch is
     taken in the cross-replica context and `apply` runs per replica, as
-    Keras' own optimizers do.
+    Keras' own optimizers do. Returns what `branch` returns.
     """
     if _tf_private.strategy_supports_no_merge_call():
-        branch(verdict, lambda: apply(grads), skip)
-        return
+        return branch(verdict, lambda: apply(grads), skip)
 
     # `grads` pass through merge_call's args: there they are each replica's
     # own (a closure would hold only the first replica's).
     def cross_replica(strategy: tf.distribute.Strategy, verdict: Any,
-                      grads: Any) -> None:
+                      grads: Any) -> Any:
         # Every replica holds the same agreed verdict; read the first.
         first = strategy.experimental_local_results(verdict)[0]
-        branch(first,
-              lambda: strategy.extended.call_for_each_replica(
-                  apply, args=(grads,)),
-              skip)
+        return branch(first,
+                      lambda: strategy.extended.call_for_each_replica(
+                          apply, args=(grads,)),
+                      skip)
 
-    tf.distribute.get_replica_context().merge_call(
+    return tf.distribute.get_replica_context().merge_call(
         cross_replica, args=(verdict, grads))
