@@ -574,3 +574,53 @@ def test_learning_rate_schedule_stays_aligned_with_steps(kind):
     else:  # Keras 3.15 did not count the skipped step: a step-1 rate.
         np.testing.assert_array_equal(var, [-1.0])
         assert int(opt.iterations) == 1
+
+
+@pytest.mark.parametrize("clip", [False, True], ids=["as_is", "clipped"])
+def test_documented_flow_checks_changed_gradients_anew(
+        monkeypatch, clip):
+    """Handed exactly the outputs of get_unscaled_gradients, apply_gradients
+    checks nothing again; changed gradients are checked anew."""
+    from tf_lossscale import finite
+    checks = []
+    real = finite.all_finite
+    monkeypatch.setattr(finite, "all_finite",
+                        lambda g, **k: checks.append(1) or real(g, **k))
+    var = keras.Variable([1.0, 2.0])
+    opt = tf_lossscale.LossScaleOptimizer(
+        keras.optimizers.SGD(0.25), initial_scale=1024.0)
+
+    @tf.function
+    def step(poison):
+        with tf.GradientTape() as tape:
+            loss = opt.get_scaled_loss(tf.reduce_sum(var * var))
+        grads = opt.get_unscaled_gradients(tape.gradient(loss, [var]))
+        grads = [tf.where(poison, np.nan, 1.0) * g for g in grads]
+        if clip:
+            grads, _ = tf.clip_by_global_norm(grads, 100.0)
+        opt.apply_gradients(zip(grads, [var]))
+
+    step(tf.constant(False))
+    np.testing.assert_array_equal(var.numpy(), [0.5, 1.0])
+    step(tf.constant(True))
+    np.testing.assert_array_equal(var.numpy(), [0.5, 1.0])
+    assert float(opt.loss_scale) == 512.0
+    # The multiply by `poison` makes new tensors: rechecked in both cases.
+    assert len(checks) == 1
+
+
+def test_apply_of_the_very_unscaled_outputs_reuses_their_verdict(monkeypatch):
+    from tf_lossscale import finite
+    checks = []
+    real = finite.all_finite
+    monkeypatch.setattr(finite, "all_finite",
+                        lambda g, **k: checks.append(1) or real(g, **k))
+    var = keras.Variable([1.0, 2.0])
+    opt = tf_lossscale.LossScaleOptimizer(
+        keras.optimizers.SGD(0.25), initial_scale=4.0)
+    for value, expected in ((8.0, [0.5, 1.5]), (np.nan, [0.5, 1.5])):
+        grads = opt.get_unscaled_gradients([tf.constant([value, 8.0])])
+        opt.apply_gradients(zip(grads, [var]))
+        np.testing.assert_array_equal(var.numpy(), expected)
+    assert checks == []
+    assert (float(opt.loss_scale), int(opt.skipped_steps)) == (2.0, 1)

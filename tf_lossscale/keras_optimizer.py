@@ -210,10 +210,10 @@ class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
         if not self.built:
             self.build(variables)
         _tf_private.keras_check_variables_are_known(self, variables)
-        already_unscaled = self._already_unscaled(grads)
+        already_unscaled, verdict = self._decide(grads)
         keep = [bool(getattr(v, "overwrite_with_gradient", False))
                 for v in variables]
-        self._step(grads, variables, already_unscaled, keep)
+        self._step(grads, variables, already_unscaled, keep, verdict)
 
     def _variables_for(self, grads: List[Any],
                        trainable_variables: Optional[Iterable[Any]]

@@ -30,8 +30,8 @@ import os
 import sys
 import threading
 import weakref
-from typing import (Any, Callable, ClassVar, Dict, List, Mapping, Optional,
-                    Sequence, Tuple, Union)
+from typing import (Any, Callable, ClassVar, Dict, List, Mapping, NamedTuple,
+                    Optional, Sequence, Tuple, Union)
 
 import tensorflow as tf
 
@@ -44,6 +44,7 @@ __all__ = [
     "GradientMarks",
     "InnerAttribute",
     "LossScaleOptimizer",
+    "Taken",
     "add_flavour_loader",
     "check_gradients",
     "legacy_keras_requested",
@@ -183,6 +184,17 @@ class _Place:
     def __init__(self) -> None:
         self.scaled_loss = False
         self.unscaled_inputs: Optional[List[Any]] = None
+        self.unscaled_outputs: List[Any] = []
+        self.verdict: Optional[tf.Tensor] = None
+
+
+class Taken(NamedTuple):
+    """What `GradientMarks.take` found: whether the gradients are scaled
+    (None: no mark, the flavour decides), and the verdict that
+    `get_unscaled_gradients` computed if the gradients are its outputs."""
+
+    scaled: Optional[bool]
+    verdict: Optional[tf.Tensor] = None
 
 
 class GradientMarks:
@@ -222,25 +234,38 @@ class GradientMarks:
         with self._lock:
             self._here().scaled_loss = True
 
-    def unscaled(self, inputs: Sequence[Any]) -> None:
-        """Records that `inputs` were unscaled here."""
+    def unscaled(self, inputs: Sequence[Any], outputs: Sequence[Any],
+                 verdict: tf.Tensor) -> None:
+        """Records that `inputs` were unscaled here into `outputs`, which
+        are all finite iff `verdict`."""
         with self._lock:
             place = self._here()
+            first = place.unscaled_inputs is None
             place.unscaled_inputs = (place.unscaled_inputs or []) + [
                 g for g in inputs if g is not None]
+            place.unscaled_outputs = [g for g in outputs if g is not None]
+            place.verdict = verdict if first else None
 
-    def take(self, grads: Sequence[Any]) -> Optional[bool]:
-        """Whether `grads` are scaled (None: no mark here); forgets the place.
-        """
+    def take(self, grads: Sequence[Any]) -> Taken:
+        """Whether `grads` are scaled, and their known verdict; forgets the
+        place."""
         with self._lock:
             place = self._places().pop(threading.get_ident(), None)
         if place is None:
-            return None
-        if place.unscaled_inputs is not None:
-            present = [g for g in grads if g is not None]
-            return bool(present) and all(
-                any(g is x for x in place.unscaled_inputs) for g in present)
-        return True if place.scaled_loss else None
+            return Taken(None)
+        present = [g for g in grads if g is not None]
+        if place.unscaled_inputs is None:
+            return Taken(True if place.scaled_loss else None)
+        if present and all(_among(g, place.unscaled_inputs) for g in present):
+            return Taken(True)  # It only looked at them.
+        reused = place.verdict is not None and len(present) == len(
+            place.unscaled_outputs) and all(
+            g is x for g, x in zip(present, place.unscaled_outputs))
+        return Taken(False, place.verdict if reused else None)
+
+
+def _among(tensor: Any, tensors: List[Any]) -> bool:
+    return any(tensor is x for x in tensors)
 
 
 class InnerAttribute:
@@ -506,16 +531,27 @@ class LossScaleOptimizer:
         unscaled, unless they are these very `grads` (see `GradientMarks`).
         """
         grads = list(grads)
-        unscaled = finite_lib.unscale_all(grads, self._current_scale())
-        self._marks.unscaled(grads)
+        # The check comes with the division at almost no cost; an
+        # apply_gradients handed exactly these outputs reuses it (and when
+        # nothing reads it, a traced graph drops it).
+        unscaled, finite = finite_lib.unscale_and_check(
+            grads, self._current_scale())
+        self._marks.unscaled(grads, unscaled, finite)
         return unscaled
+
+    def _decide(self, grads: Sequence[Any]
+                ) -> Tuple[bool, Optional[tf.Tensor]]:
+        """Whether `apply_gradients` gets unscaled `grads`, and their verdict
+        if `get_unscaled_gradients` computed it (forgets the marks)."""
+        taken = self._marks.take(grads)
+        scaled = taken.scaled
+        if scaled is None:
+            scaled = self._unmarked_gradients_are_scaled()
+        return not scaled, taken.verdict
 
     def _already_unscaled(self, grads: Sequence[Any]) -> bool:
         """Whether `apply_gradients` gets unscaled `grads` (forgets marks)."""
-        scaled = self._marks.take(grads)
-        if scaled is None:
-            scaled = self._unmarked_gradients_are_scaled()
-        return not scaled
+        return self._decide(grads)[0]
 
     def _unmarked_gradients_are_scaled(self) -> bool:
         """The flavour's default when neither scaling method ran."""
@@ -523,14 +559,16 @@ class LossScaleOptimizer:
 
     def _step(self, grads: List[Any], variables: List[Any],
               already_unscaled: bool,
-              keep: Optional[Sequence[bool]] = None) -> tf.Tensor:
+              keep: Optional[Sequence[bool]] = None,
+              verdict: Optional[tf.Tensor] = None) -> tf.Tensor:
         """`step.loss_scaled_step` with this optimizer's parts."""
         return step_lib.loss_scaled_step(
             grads, scale=self._current_scale(),
             already_unscaled=already_unscaled,
             apply=lambda g: self._apply_inner(g, variables),
             skip=self._skip_inner, variables=self._scale_variables,
-            rule=self._settings.rule() if self.dynamic else None, keep=keep)
+            rule=self._settings.rule() if self.dynamic else None, keep=keep,
+            verdict=verdict)
 
     def _apply_inner(self, grads: List[Any], variables: List[Any]) -> None:
         """Applies unscaled gradients with the inner optimizer."""
