@@ -101,6 +101,7 @@ def loss_scaled_step(
     variables: ScaleVariables,
     rule: Optional[state_machine.Rule],
     keep: Optional[Sequence[bool]] = None,
+    verdict: Optional[tf.Tensor] = None,
 ) -> tf.Tensor:
     """Checks, agrees, applies or skips, and advances; in a replica context.
 
@@ -116,13 +117,27 @@ def loss_scaled_step(
       keep: per gradient, True where it is not a gradient to unscale but a
         value to apply as it is (Keras 3's `overwrite_with_gradient`
         variables); it is still checked.
+      verdict: whether `grads` (already unscaled) are all finite, when
+        that was computed as they were unscaled; else they are checked.
 
     Returns:
-      The agreed verdict, a scalar bool tensor (True: applied).
+      The agreed verdict, a scalar bool tensor (True: applied). In a TF1
+      graph, running it runs the step.
     """
-    unscaled, finite = _unscale_and_check(grads, scale, already_unscaled, keep)
+    if already_unscaled and verdict is not None:
+        unscaled, finite = grads, verdict
+    else:
+        unscaled, finite = _unscale_and_check(
+            grads, scale, already_unscaled, keep)
     finite = distribute.agree(finite)
-    distribute.apply_or_skip(finite, unscaled, apply, skip)
+    taken = distribute.apply_or_skip(finite, unscaled, apply, skip)
     # Last, so that an inner optimizer that raises leaves the scale as it is.
-    advance(variables, finite, rule)
+    advanced = advance(variables, finite, rule)
+    if not tf.executing_eagerly() and not tf.inside_function():
+        # A TF1 graph runs only what is fetched: the verdict carries the step
+        # (tf_keras' legacy wrapper returns its train op from a graph).
+        ops = [x for x in tf.nest.flatten(taken) + [advanced]
+               if isinstance(x, (tf.Tensor, tf.Operation))]
+        with tf.control_dependencies(ops):
+            finite = tf.identity(finite)
     return finite
