@@ -11,10 +11,9 @@ import pytest
 import tensorflow as tf
 
 import tf_lossscale
-import tf_lossscale.keras_optimizer
 from tf_lossscale import compat
-from tf_lossscale.compat import legacy_names
 from tf_lossscale.compat import __main__ as runner
+from tf_lossscale.compat import legacy_names
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -283,11 +282,22 @@ def test_tf_2_4_optimizer_api_works_under_the_shim(shim):
     assert isinstance(opt, tf.keras.mixed_precision.LossScaleOptimizer)
 
 
+def test_tf_2_4_name_with_a_legacy_loss_scale_keyword_says_why(shim):
+    # No TF version took loss_scale= on this name; `migrate` converts it.
+    with pytest.raises(ValueError, match="`loss_scale`"):
+        tf.keras.mixed_precision.LossScaleOptimizer(
+            tf.keras.optimizers.SGD(), loss_scale="dynamic")
+    with pytest.raises(TypeError, match=r"experimental\.LossScaleOptimizer"):
+        tf.keras.mixed_precision.LossScaleOptimizer(
+            tf.keras.optimizers.SGD(), "dynamic")
+
+
 def test_compile_under_mixed_float16_wraps_in_ours(shim):
     tf.keras.mixed_precision.set_global_policy("mixed_float16")
     optimizer = _compiled("adam").optimizer
     assert isinstance(optimizer, tf.keras.mixed_precision.LossScaleOptimizer)
-    assert type(optimizer) is tf_lossscale.keras_optimizer.KerasLossScaleOptimizer
+    assert not isinstance(optimizer,
+                          tf_lossscale.experimental.LossScaleOptimizer)
     assert (optimizer.dynamic, optimizer.initial_scale,
             optimizer.dynamic_growth_steps) == (True, 2.0**15, 2000)
     assert isinstance(optimizer.inner_optimizer, keras.optimizers.Adam)
@@ -373,7 +383,8 @@ def rewrite_off():
     tf.config.optimizer.set_experimental_options(
         {"auto_mixed_precision": False})
     from tensorflow.python.training.experimental import (
-        mixed_precision_global_state)
+        mixed_precision_global_state,
+    )
     mixed_precision_global_state.set_mixed_precision_graph_rewrite_enabled(
         False)
 
@@ -390,7 +401,8 @@ def test_graph_rewrite_wraps_a_keras_optimizer_as_tf_did(shim, rewrite_off,
     disable = _lookup(f"{namespace}.disable_mixed_precision_graph_rewrite")
     inner = keras.optimizers.SGD()
     opt = enable(inner, loss_scale=64)
-    assert type(opt) is tf_lossscale.experimental.KerasExperimentalLossScaleOptimizer
+    assert isinstance(opt, tf_lossscale.experimental.LossScaleOptimizer)
+    assert isinstance(opt, keras.optimizers.Optimizer)  # Keras 3's flavour.
     assert opt.inner_optimizer is inner
     assert (opt.dynamic, opt.initial_scale) == (False, 64.0)
     assert _amp() is True
@@ -401,7 +413,8 @@ def test_graph_rewrite_wraps_a_keras_optimizer_as_tf_did(shim, rewrite_off,
 def test_graph_rewrite_wraps_a_tf1_optimizer_and_flags_sessions(shim,
                                                                  rewrite_off):
     from tensorflow.python.training.experimental import (
-        mixed_precision_global_state as state)
+        mixed_precision_global_state as state,
+    )
     opt = tf.train.experimental.enable_mixed_precision_graph_rewrite(
         tf.compat.v1.train.GradientDescentOptimizer(0.1))
     assert type(opt) is tf_lossscale.MixedPrecisionLossScaleOptimizer
@@ -506,7 +519,6 @@ TF_KERAS_SCRIPT = """\
 import numpy as np
 import tf_keras
 import tf_lossscale
-import tf_lossscale.keras_optimizer
 from tf_lossscale import compat
 compat.install()
 import tensorflow as tf
@@ -528,8 +540,9 @@ m = model()
 print("compute", m.layers[0].compute_dtype)
 m.compile(optimizer=tf.keras.optimizers.SGD(0.01), loss="mse")
 opt = m.optimizer
-print("compiled", type(opt).__name__, opt.loss_scale)
 assert isinstance(opt, tf.keras.mixed_precision.experimental.LossScaleOptimizer)
+assert isinstance(opt, tf_keras.optimizers.Optimizer)
+print("compiled", opt.loss_scale)
 m.fit(np.full((8, 4), 0.01), np.zeros((8, 1)), epochs=1, verbose=0)
 print("after fit", float(opt.loss_scale()), int(opt.iterations))
 
@@ -547,12 +560,15 @@ tf.keras.mixed_precision.set_global_policy("mixed_float16")
 m = model()
 m.compile(optimizer="adam", loss="mse")
 assert isinstance(m.optimizer, tf.keras.mixed_precision.LossScaleOptimizer)
-print("tf 2.4 compile", type(m.optimizer).__name__,
-      type(m.optimizer.inner_optimizer).__module__)
+assert isinstance(m.optimizer, tf_lossscale.LossScaleOptimizer)
+assert not isinstance(m.optimizer, tf_lossscale.experimental.LossScaleOptimizer)
+print("tf 2.4 compile", type(m.optimizer.inner_optimizer).__module__)
 tf.keras.mixed_precision.set_global_policy("float32")
 opt = tf.train.experimental.enable_mixed_precision_graph_rewrite(
     tf.keras.optimizers.SGD(0.1), loss_scale="dynamic")
-print("rewrite", type(opt).__name__,
+assert isinstance(opt, tf_lossscale.experimental.LossScaleOptimizer)
+assert isinstance(opt.inner_optimizer, tf_keras.optimizers.SGD)
+print("rewrite",
       tf.config.optimizer.get_experimental_options()["auto_mixed_precision"])
 try:
     compat.set_policy("mixed_float16")
@@ -578,14 +594,12 @@ def test_tf_keras_flavour_of_every_spelling():
         " loss_scale=DynamicLossScale(current_loss_scale=32768.0, ")
     assert lines[1] == "compute float16"
     assert lines[2] == (
-        "compiled TfKerasExperimentalLossScaleOptimizer DynamicLossScale("
-        "current_loss_scale=32768.0, num_good_steps=0, initial_loss_scale="
-        "32768.0, increment_period=2000, multiplier=2.0)")
+        "compiled DynamicLossScale(current_loss_scale=32768.0, num_good_steps="
+        "0, initial_loss_scale=32768.0, increment_period=2000, multiplier=2.0)")
     assert lines[3] == "after fit 32768.0 1"
     assert lines[4] == "fixed FixedLossScale(256.0) FixedLossScale(256.0)"
-    assert lines[5] == ("tf 2.4 compile TfKerasLossScaleOptimizer "
-                        "tf_keras.src.optimizers.adam")
-    assert lines[6] == "rewrite TfKerasExperimentalLossScaleOptimizer True"
+    assert lines[5] == "tf 2.4 compile tf_keras.src.optimizers.adam"
+    assert lines[6] == "rewrite True"
     assert lines[7].startswith("keras 3 set_policy: tf_lossscale.compat."
                                "set_policy sets the Keras 3 policy")
     assert lines[8] == "uninstalled True"

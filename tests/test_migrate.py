@@ -10,8 +10,7 @@ import keras
 import pytest
 
 import tf_lossscale
-from tf_lossscale import cli
-from tf_lossscale import config_conversion
+from tf_lossscale import cli, config_conversion
 from tf_lossscale.compat import migrate
 from tf_lossscale.compat.rewrite import loss_scale_args
 

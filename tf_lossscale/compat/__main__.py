@@ -51,8 +51,7 @@ def _run_file(path: str) -> None:
     """
     main_module = types.ModuleType("__main__")
     main_module.__file__ = path
-    main_module.__cached__ = None
-    main_module.__builtins__ = builtins
+    vars(main_module).update(__cached__=None, __builtins__=builtins)
     main_module.__loader__ = importlib.machinery.SourceFileLoader(
         "__main__", path)
     main_module.__spec__ = None

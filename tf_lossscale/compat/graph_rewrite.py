@@ -19,11 +19,13 @@ from typing import Any
 
 import keras
 import tensorflow as tf
+
 # A TF1 Session given its own ConfigProto turns the rewrite on only when
 # this global flag is set, as TensorFlow's function set it; no public
 # spelling.
 from tensorflow.python.training.experimental import (
-    mixed_precision_global_state as _global_state)
+    mixed_precision_global_state as _global_state,
+)
 
 import tf_lossscale
 

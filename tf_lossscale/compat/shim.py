@@ -40,10 +40,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import tensorflow as tf
 
 from tf_lossscale import experimental
-from tf_lossscale.compat import compile_hook
+from tf_lossscale.compat import compile_hook, loss_scale_view, policy
 from tf_lossscale.compat import legacy_names as table
-from tf_lossscale.compat import loss_scale_view
-from tf_lossscale.compat import policy
 
 __all__ = ["install", "installed", "uninstall"]
 

@@ -22,10 +22,7 @@ import libcst as cst
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor, ImportItem
 
-from tf_lossscale.compat.rewrite import calls
-from tf_lossscale.compat.rewrite import imports
-from tf_lossscale.compat.rewrite import loss_scale_reads
-from tf_lossscale.compat.rewrite import names
+from tf_lossscale.compat.rewrite import calls, imports, loss_scale_reads, names
 from tf_lossscale.compat.rewrite.context import METADATA, Context
 from tf_lossscale.compat.rewrite.syntax import Note
 

@@ -28,9 +28,16 @@ from tf_lossscale.compat import legacy_names as table
 from tf_lossscale.compat.rewrite import loss_scale_args
 from tf_lossscale.compat.rewrite.context import Context
 from tf_lossscale.compat.rewrite.facts import Kind, Scaling
-from tf_lossscale.compat.rewrite.syntax import (Unconvertible, bind, code,
-                                                dotted, kwarg, literal,
-                                                separated, short)
+from tf_lossscale.compat.rewrite.syntax import (
+    Unconvertible,
+    bind,
+    code,
+    dotted,
+    kwarg,
+    literal,
+    separated,
+    short,
+)
 
 __all__ = ["mark_handled", "rewrite_call"]
 
@@ -249,8 +256,8 @@ def _compile(ctx: Context, original: cst.Call, updated: cst.Call) -> cst.Call:
     extra = [kwarg(k, cst.parse_expression(v)) for k, v in scaling]
     index = _optimizer_index(original)
     if index is None:
-        default = _wrapped(ctx, cst.SimpleString("'rmsprop'"), Kind.STRING,
-                           extra)
+        default = _wrap(ctx, cst.SimpleString("'rmsprop'"), Kind.STRING,
+                        extra)
         args = list(updated.args)
         if args:
             args[-1] = args[-1].with_changes(comma=cst.Comma(
@@ -285,6 +292,12 @@ def _wrapped(ctx: Context, value: cst.BaseExpression, kind: Kind,
     if kind in (Kind.LOSS_SCALE_OPTIMIZER, Kind.EXPERIMENTAL_OPTIMIZER,
                 Kind.V1_OPTIMIZER):
         return None
+    return _wrap(ctx, value, kind, extra)
+
+
+def _wrap(ctx: Context, value: cst.BaseExpression, kind: Kind,
+          extra: List[cst.Arg]) -> cst.BaseExpression:
+    """`value` (an optimizer, a name of one, or either) in our wrapper."""
     if kind is Kind.KERAS_OPTIMIZER:
         return _call(_OPTIMIZER, [cst.Arg(value), *extra])
     get = f"{ctx.facts.reference('keras.optimizers.get')}"

@@ -5,9 +5,13 @@ from __future__ import annotations
 from typing import Any, Callable, List, Optional, Set
 
 import libcst as cst
-from libcst.metadata import (ExpressionContext, ExpressionContextProvider,
-                             PositionProvider, QualifiedNameProvider,
-                             QualifiedNameSource)
+from libcst.metadata import (
+    ExpressionContext,
+    ExpressionContextProvider,
+    PositionProvider,
+    QualifiedNameProvider,
+    QualifiedNameSource,
+)
 
 from tf_lossscale.compat.rewrite.facts import Facts, collect
 from tf_lossscale.compat.rewrite.syntax import Note

@@ -18,15 +18,28 @@ pass over the module:
 from __future__ import annotations
 
 import enum
-from typing import (Callable, Dict, FrozenSet, List, NamedTuple, Optional,
-                    Set, Tuple, Union)
+from typing import (
+    Callable,
+    Dict,
+    FrozenSet,
+    List,
+    NamedTuple,
+    Optional,
+    Set,
+    Tuple,
+    Union,
+)
 
 import libcst as cst
 
 from tf_lossscale.compat import legacy_names as table
 from tf_lossscale.compat.rewrite import loss_scale_args
-from tf_lossscale.compat.rewrite.syntax import (Unconvertible, bind, code,
-                                                literal)
+from tf_lossscale.compat.rewrite.syntax import (
+    Unconvertible,
+    bind,
+    code,
+    literal,
+)
 
 __all__ = ["Facts", "Kind", "Scaling", "collect"]
 

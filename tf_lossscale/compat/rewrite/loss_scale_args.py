@@ -18,8 +18,13 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import libcst as cst
 
 from tf_lossscale.compat import legacy_names as table
-from tf_lossscale.compat.rewrite.syntax import (Unconvertible, bind, code,
-                                                kwarg, literal)
+from tf_lossscale.compat.rewrite.syntax import (
+    Unconvertible,
+    bind,
+    code,
+    kwarg,
+    literal,
+)
 
 __all__ = ["BY_HAND", "check_fixed", "check_multiplier", "legacy_kind",
            "optimizer_args"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import operator
-from typing import Any, Dict, List, NamedTuple, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Sequence, Tuple, Union
 
 import libcst as cst
 
@@ -73,9 +73,12 @@ def kwarg(name: str, value: cst.BaseExpression) -> cst.Arg:
                        whitespace_after=cst.SimpleWhitespace("")))
 
 
-def dotted(name: str) -> cst.BaseExpression:
+def dotted(name: str) -> Union[cst.Attribute, cst.Name]:
     """An expression node for a dotted name such as `tf_lossscale.X`."""
-    return cst.parse_expression(name)
+    node = cst.parse_expression(name)
+    if not isinstance(node, (cst.Attribute, cst.Name)):
+        raise ValueError(f"{name!r} is not a dotted name")
+    return node
 
 
 def split(name: str) -> Tuple[str, str]:
@@ -103,7 +106,7 @@ def bind(args: Sequence[cst.Arg], params: Sequence[str],
             raise Unconvertible(f"{what} is called with *args or **kwargs")
         name = arg.keyword.value if arg.keyword else (
             params[i] if i < len(params) else None)
-        if name not in params:
+        if name is None or name not in params:
             raise Unconvertible(f"{what} got an unexpected argument "
                                 f"{code(arg).rstrip(', ')}")
         bound[name] = i
