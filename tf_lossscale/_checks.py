@@ -56,7 +56,7 @@ def check_real(
         raise ValueError(
             f"{name} must be {accepted}; got {value!r} of type "
             f"{type(value).__name__}.")
-    number = float(value)
+    number = float(value)  # type: ignore[arg-type]  # is_real said so
     if not math.isfinite(number) or not _in_range(
             number, minimum, inclusive, maximum):
         raise ValueError(f"{name} must be {accepted}; got {value!r}.")
@@ -86,6 +86,7 @@ def check_int(name: str, value: object, *, minimum: int,
         raise ValueError(
             f"{name} must be {accepted}; got {value!r} of type "
             f"{type(value).__name__}.")
-    if not minimum <= value <= maximum:
+    integer = int(value)
+    if not minimum <= integer <= maximum:
         raise ValueError(f"{name} must be {accepted}; got {value!r}.")
-    return int(value)
+    return integer

@@ -31,7 +31,7 @@ import sys
 import threading
 import weakref
 from typing import (Any, Callable, ClassVar, Dict, List, Mapping, NamedTuple,
-                    Optional, Sequence, Tuple, Union)
+                    Optional, Sequence, Tuple, Type, Union)
 
 import tensorflow as tf
 
@@ -56,7 +56,7 @@ Loss = Union[tf.Tensor, Callable[[], tf.Tensor]]
 Predicate = Callable[[Any], bool]
 
 # Public class -> [(accepts inner optimizer?, flavour)], in definition order.
-_REGISTRY: Dict[type, List[Tuple[Predicate, type]]] = {}
+_REGISTRY: Dict[type, List[Tuple[Predicate, "Type[LossScaleOptimizer]"]]] = {}
 # (top-level package of an optimizer's type, module that serves it).
 _LOADERS: List[Tuple[str, str]] = []
 
@@ -398,7 +398,8 @@ class LossScaleOptimizer:
             f"{type(self).__name__} is not a flavour of LossScaleOptimizer.")
 
     @classmethod
-    def _flavour_for(cls, inner_optimizer: Any) -> type:
+    def _flavour_for(cls, inner_optimizer: Any
+                     ) -> "Type[LossScaleOptimizer]":
         """The registered subclass of `cls` that wraps `inner_optimizer`."""
         reject_loss_scale_optimizer(inner_optimizer)
         for attempt in range(2):
@@ -626,7 +627,8 @@ class LossScaleOptimizer:
         return cls._from_current_args(inner, config)
 
     @classmethod
-    def _flavour_for_config(cls, inner_config: Any) -> type:
+    def _flavour_for_config(cls, inner_config: Any
+                            ) -> "Type[LossScaleOptimizer]":
         """The flavour that deserializes `inner_config` (see `_reads`)."""
         if not cls.__dict__.get("_PICKS_FLAVOUR", False):
             return cls

@@ -32,7 +32,8 @@ __all__ = ["MixedPrecisionLossScaleOptimizer"]
 GradsAndVars = Sequence[Tuple[Any, tf.Variable]]
 LossLike = Union[tf.Tensor, Callable[[], tf.Tensor]]
 
-_V1Optimizer = tf.compat.v1.train.Optimizer
+# TensorFlow ships no types: to mypy this is `Any`, a valid base class.
+_V1Optimizer: Any = tf.compat.v1.train.Optimizer
 # TensorFlow's own wrapper, refused as `opt` like ours; absent in a future TF.
 _TF_WRAPPERS = tuple(filter(None, [getattr(
     tf.compat.v1.mixed_precision, "MixedPrecisionLossScaleOptimizer", None)]))
@@ -73,11 +74,14 @@ def _resolve_loss_scale(loss_scale: Any) -> loss_scale_lib.LossScale:
             f"loss_scale must be {_ACCEPTED_LOSS_SCALES}; got {loss_scale!r} "
             f"of type {type(loss_scale).__name__}.")
     try:
-        return loss_scale_lib.get(loss_scale)
+        resolved = loss_scale_lib.get(loss_scale)
     except ValueError as e:
         raise ValueError(
             f"loss_scale must be {_ACCEPTED_LOSS_SCALES}; got "
             f"{loss_scale!r}: {e}") from None
+    if resolved is None:  # None was refused above; `get` maps only it so.
+        raise ValueError(f"loss_scale must be {_ACCEPTED_LOSS_SCALES}.")
+    return resolved
 
 
 class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
@@ -88,7 +92,7 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
     scale and applies the gradients only when all of them are finite.
     """
 
-    def __init__(self, opt: _V1Optimizer, loss_scale: Any) -> None:
+    def __init__(self, opt: Any, loss_scale: Any) -> None:
         """Wraps `opt`.
 
         Args:
@@ -111,7 +115,7 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
         self._track_trackable(resolved, "loss_scale")
 
     @property
-    def inner_optimizer(self) -> _V1Optimizer:
+    def inner_optimizer(self) -> Any:
         """The wrapped optimizer."""
         return self._optimizer
 
