@@ -563,6 +563,12 @@ assert isinstance(m.optimizer, tf.keras.mixed_precision.LossScaleOptimizer)
 assert isinstance(m.optimizer, tf_lossscale.LossScaleOptimizer)
 assert not isinstance(m.optimizer, tf_lossscale.experimental.LossScaleOptimizer)
 print("tf 2.4 compile", type(m.optimizer.inner_optimizer).__module__)
+# TF 2.11-2.15's legacy optimizers still compile with a loss-scale wrapper.
+m = model()
+m.compile(optimizer=tf.keras.optimizers.legacy.Adam(), loss="mse")
+m.fit(np.full((8, 4), 0.01), np.zeros((8, 1)), epochs=1, verbose=0)
+print("legacy family", float(m.optimizer.get_scaled_loss(tf.constant(1.0))),
+      int(m.optimizer.iterations))
 tf.keras.mixed_precision.set_global_policy("float32")
 opt = tf.train.experimental.enable_mixed_precision_graph_rewrite(
     tf.keras.optimizers.SGD(0.1), loss_scale="dynamic")
@@ -599,7 +605,8 @@ def test_tf_keras_flavour_of_every_spelling():
     assert lines[3] == "after fit 32768.0 1"
     assert lines[4] == "fixed FixedLossScale(256.0) FixedLossScale(256.0)"
     assert lines[5] == "tf 2.4 compile tf_keras.src.optimizers.adam"
-    assert lines[6] == "rewrite True"
-    assert lines[7].startswith("keras 3 set_policy: tf_lossscale.compat."
+    assert lines[6] == "legacy family 32768.0 1"
+    assert lines[7] == "rewrite True"
+    assert lines[8].startswith("keras 3 set_policy: tf_lossscale.compat."
                                "set_policy sets the Keras 3 policy")
-    assert lines[8] == "uninstalled True"
+    assert lines[9] == "uninstalled True"
