@@ -2,10 +2,21 @@
 
 A Keras callback for Keras 3 and tf_keras models alike. After each batch and
 each epoch it adds `loss_scale` and `skipped_steps` (read from the model's
-`tf_lossscale.LossScaleOptimizer`) to the `logs` dict that the callbacks
-after it receive, so they show in the progress bar, `History`, `CSVLogger`
-and Keras' `TensorBoard` callback. It reads two scalars once per batch, after
-the step has run: the step itself gains no host sync.
+`tf_lossscale.LossScaleOptimizer`) to the `logs` dict that `fit` hands to
+every callback in turn, so they show in the progress bar, `History`,
+`CSVLogger` and Keras' `TensorBoard` callback.
+
+Which callbacks see them (both Kerases hand one dict to the callbacks in
+list order): those after the monitor. `fit` appends its own `History` and
+progress bar after every callback you pass, so those always do; list the
+monitor before `CSVLogger`, `TensorBoard`, a `ProgbarLogger` of your own or
+any callback of yours that reads its keys. tf_keras' progress bar averages every value over the epoch
+unless it is one of its "stateful metrics": the monitor adds its two names
+there, so the bar shows the current scale and count, not a mean.
+
+It reads three scalars per batch (the scale, the skip count and
+`iterations`), in Python, after the step has run: the traced train step
+gains no op and no host sync.
 
 With `max_consecutive_skips=K` it stops training after K skipped steps in a
 row and warns once: a scale that keeps falling while every step is skipped
@@ -15,30 +26,54 @@ overflow.
 
 from __future__ import annotations
 
+import sys
+import types
 import warnings
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import keras
+import tensorflow as tf
 
 from tf_lossscale import _checks
 from tf_lossscale import optimizer as optimizer_lib
 
-__all__ = ["LossScaleMonitor"]
+__all__ = ["LOGGED_KEYS", "LossScaleMonitor"]
+
+# The keys the monitor adds to `logs`.
+LOGGED_KEYS = ("loss_scale", "skipped_steps")
+
+
+def _read_int(value: Any) -> int:
+    """An int from a tensor or a (Keras or distributed) variable."""
+    return int(tf.convert_to_tensor(value))
 
 
 class LossScaleMonitor(keras.callbacks.Callback):
     """Logs `loss_scale` and `skipped_steps`; optionally stops on a skip run.
 
-    Put it before the callbacks that should see its values (`CSVLogger`,
-    `TensorBoard`); `fit`'s progress bar and `History` see them anyway.
+    Usage::
+
+        model.compile(optimizer=tf_lossscale.LossScaleOptimizer(...), ...)
+        model.fit(x, y, callbacks=[
+            tf_lossscale.LossScaleMonitor(max_consecutive_skips=100),
+            keras.callbacks.CSVLogger("log.csv"),      # after the monitor
+            keras.callbacks.TensorBoard("logs")])      # after the monitor
+
+    `loss_scale` is the scale after the batch's step(s), `skipped_steps`
+    the optimizer's count of skipped steps since it was created (so it
+    carries on across `fit` calls). `fit`'s own progress bar and `History`
+    show them wherever the monitor is in the list (`fit` adds them last);
+    every callback you pass sees them only when listed after the monitor.
 
     Args:
       max_consecutive_skips: None (never stop), or an int >= 1: stop
         training (`model.stop_training = True`) after that many skipped
-        steps in a row, with a warning naming the step and the scale.
+        steps in a row, with one warning naming the step and the scale.
 
     Raises:
       ValueError: `max_consecutive_skips` is not None or an int >= 1.
+      TypeError (when training begins): the model's optimizer is not a
+        `tf_lossscale.LossScaleOptimizer`.
     """
 
     def __init__(self, max_consecutive_skips: Optional[int] = None) -> None:
@@ -47,11 +82,15 @@ class LossScaleMonitor(keras.callbacks.Callback):
             max_consecutive_skips = _checks.check_int(
                 "max_consecutive_skips", max_consecutive_skips, minimum=1)
         self.max_consecutive_skips = max_consecutive_skips
-        self._last_skipped: Optional[int] = None
-        self._run = 0
+        self._last_skipped = 0
+        self._last_iterations = 0
+        self._run = 0  # Skipped steps in a row so far.
+        self._run_start_scale = 0.0  # The scale before the run's first.
+        self._scale = 0.0
         self._warned = False
 
-    # tf_keras' CallbackList asks every callback which hooks it implements.
+    # tf_keras' CallbackList asks every callback which hooks it implements,
+    # and hands tensors only to those that say they take them.
     _supports_tf_logs = False
 
     def _implements_train_batch_hooks(self) -> bool:
@@ -68,51 +107,99 @@ class LossScaleMonitor(keras.callbacks.Callback):
         if not isinstance(optimizer, optimizer_lib.LossScaleOptimizer):
             raise TypeError(
                 "LossScaleMonitor needs a model compiled with a "
-                "tf_lossscale.LossScaleOptimizer; got optimizer "
-                f"{optimizer!r} of type {type(optimizer).__name__}.")
+                "tf_lossscale.LossScaleOptimizer (wrap the optimizer: "
+                "tf_lossscale.LossScaleOptimizer(keras.optimizers.Adam())); "
+                f"got optimizer {optimizer!r} of type "
+                f"{type(optimizer).__name__}.")
         return optimizer
 
-    def _add_to(self, logs: Optional[Dict[str, Any]]) -> Dict[str, Any]:
-        optimizer = self._optimizer()
-        values = {"loss_scale": float(optimizer.loss_scale),
-                  "skipped_steps": int(optimizer.skipped_steps)}
-        if logs is not None:
-            logs.update(values)
-        return values
+    def _read(self) -> Tuple[float, int, int]:
+        """The scale, the skip count and `iterations`, read after a step."""
+        optimizer: Any = self._optimizer()  # `iterations`: the flavour's.
+        return (float(optimizer.loss_scale),
+                _read_int(optimizer.skipped_steps),
+                _read_int(optimizer.iterations))
 
     def on_train_begin(self, logs: Optional[Dict[str, Any]] = None) -> None:
-        self._last_skipped = int(self._optimizer().skipped_steps)
+        self._scale, self._last_skipped, self._last_iterations = self._read()
         self._run = 0
         self._warned = False
+        for progbar in _tf_keras_progress_bars(self):
+            progbar.stateful_metrics = set(progbar.stateful_metrics).union(
+                LOGGED_KEYS)
 
     def on_train_batch_end(self, batch: int,
                            logs: Optional[Dict[str, Any]] = None) -> None:
-        values = self._add_to(logs)
-        skipped = values["skipped_steps"]
-        new = skipped - (self._last_skipped or 0)
-        self._last_skipped = skipped
-        # A batch may hold several steps (steps_per_execution): a run
-        # continues only while every step of a batch was skipped.
-        self._run = self._run + new if new else 0
+        scale, skipped, iterations = self._read()
+        if logs is not None:
+            logs.update(loss_scale=scale, skipped_steps=skipped)
+        new = skipped - self._last_skipped
+        steps = iterations - self._last_iterations
+        if new and new >= steps:  # Every step of this batch was skipped.
+            if not self._run:
+                self._run_start_scale = self._scale
+            self._run += new
+        else:
+            # With several steps per batch (`steps_per_execution`), a batch
+            # that skipped some of them may end on a skipped step; the run
+            # restarts anyway, so the monitor may stop later, never early.
+            self._run = 0
+        self._last_skipped, self._last_iterations = skipped, iterations
+        self._scale = scale
         if (self.max_consecutive_skips is not None
                 and self._run >= self.max_consecutive_skips):
-            self._stop(batch, values["loss_scale"])
+            self._stop(iterations, scale)
 
     def on_epoch_end(self, epoch: int,
                      logs: Optional[Dict[str, Any]] = None) -> None:
-        self._add_to(logs)
+        if logs is not None:
+            scale, skipped, _ = self._read()
+            logs.update(loss_scale=scale, skipped_steps=skipped)
 
-    def _stop(self, batch: int, scale: float) -> None:
+    def _stop(self, step: int, scale: float) -> None:
         self.model.stop_training = True
         if self._warned:
             return
         self._warned = True
         optimizer = self._optimizer()
+        if optimizer.dynamic and scale <= optimizer.min_scale:
+            where = "at its floor, min_scale"
+        elif scale < self._run_start_scale:
+            where = f"down from {self._run_start_scale:g}"
+        else:
+            where = "unchanged"
         warnings.warn(
-            f"LossScaleMonitor stopped training at batch {batch} (step "
-            f"{int(optimizer.iterations)}): the last {self._run} steps were "
-            f"all skipped for NaN/Inf gradients and the loss scale is now "
-            f"{scale:g}. A NaN or Inf that persists at a low scale is not "
-            "float16 overflow: look for bad input data, a log or division of "
-            "zero, or a learning rate that diverges.", RuntimeWarning,
-            stacklevel=2)
+            f"LossScaleMonitor stopped training at step {step}: the last "
+            f"{self._run} steps were all skipped for NaN/Inf gradients "
+            f"(max_consecutive_skips={self.max_consecutive_skips}), and the "
+            f"loss scale is now {scale:g} ({where}). float16 overflow goes "
+            "away once the scale is low enough; a NaN or Inf that persists "
+            "as the scale falls is likely not overflow but bad input data "
+            "(a NaN or Inf in a batch), a log or division of zero, or a "
+            "diverging learning rate.", RuntimeWarning, stacklevel=2)
+
+
+def _tf_keras_progress_bars(callback: Any) -> List[Any]:
+    """tf_keras' `ProgbarLogger`s of the callback list that runs `callback`.
+
+    A callback is not told which list it is in, but tf_keras calls it from
+    its `CallbackList`'s hook, a frame or two up: the list whose
+    `callbacks` holds it. None found (a hook called by hand, or Keras 3,
+    whose progress bar shows values as they are): none.
+    """
+    module = sys.modules.get("tf_keras")
+    if module is None:
+        return []
+    list_type = module.callbacks.CallbackList
+    progbar_type = module.callbacks.ProgbarLogger
+    frame: Optional[types.FrameType] = sys._getframe(1)
+    for _ in range(8):
+        if frame is None:
+            break
+        for value in frame.f_locals.values():
+            if isinstance(value, list_type) and any(
+                    c is callback for c in value.callbacks):
+                return [c for c in value.callbacks
+                        if isinstance(c, progbar_type)]
+        frame = frame.f_back
+    return []
