@@ -49,7 +49,8 @@ _HOMES = {
 # Top-level package of an optimizer's type -> the flavour modules for it.
 _FLAVOURS = {
     "keras": ("tf_lossscale.keras_optimizer",),
-    "tf_keras": ("tf_lossscale.tf_keras_optimizer",),
+    "tf_keras": ("tf_lossscale.tf_keras_optimizer",
+                 "tf_lossscale.tf_keras_legacy_optimizer"),
 }
 
 

@@ -18,21 +18,25 @@ The step is `step.loss_scaled_step`, shared with every flavour.
 `TfKerasExperimentalLossScaleOptimizer` is the deprecated
 `experimental.LossScaleOptimizer(optimizer, loss_scale)` for tf_keras.
 
-tf_keras' legacy family (`tf_keras.optimizers.legacy`, OptimizerV2) is not
-supported: wrapping one raises a `TypeError` that names the replacement.
+tf_keras' legacy family (`tf_keras.optimizers.legacy`, OptimizerV2) has its
+own flavour, `tf_keras_legacy_optimizer`, which shares with this one what
+tf_keras' two wrappers share: `ScalingWarnings` (tf_keras' warning when
+`apply_gradients` runs without the scaling methods), `checked_pairs` and
+`track_loss_scale_state` (the `loss_scale` child and its checkpoint keys).
 """
 
 from __future__ import annotations
 
 import copy
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 import tf_keras
+from tf_keras.src.mixed_precision.loss_scale_optimizer import (
+    LossScaleOptimizerV3 as _TfKerasLossScaleOptimizerV3,
+)
 
-from tf_lossscale import _tf_private
-from tf_lossscale import distribute
-from tf_lossscale import experimental
+from tf_lossscale import _tf_private, distribute, experimental
 from tf_lossscale import optimizer as optimizer_lib
 from tf_lossscale import settings as settings_lib
 from tf_lossscale import step as step_lib
@@ -41,8 +45,12 @@ from tf_lossscale.optimizer import InnerAttribute
 __all__ = [
     "HYPERPARAMETERS",
     "LossScaleState",
+    "ScalingWarnings",
     "TfKerasExperimentalLossScaleOptimizer",
     "TfKerasLossScaleOptimizer",
+    "checked_pairs",
+    "reject_already_wrapped",
+    "track_loss_scale_state",
 ]
 
 # Attributes of tf_keras optimizers that read and write through to the inner
@@ -58,63 +66,39 @@ HYPERPARAMETERS = (
     "use_ema", "weight_decay",
 )
 
-_LEGACY_FAMILY_MESSAGE = (
-    "tf_lossscale.LossScaleOptimizer does not support tf_keras' legacy "
-    "optimizers (tf_keras.optimizers.legacy.*, OptimizerV2); got {inner!r} "
-    "of type {type}. Use the optimizer of the same name from "
-    "tf_keras.optimizers (for example tf_keras.optimizers.SGD), which is "
-    "tf_keras' default family.")
+# What tf_keras' warning shows as the documented flow.
+_EXAMPLE = """
+    with tf.GradientTape() as tape:
+      loss = loss_fn()
+      scaled_loss = opt.get_scaled_loss(loss)
+    scaled_grads = tape.gradient(scaled_loss, vars)
+    grads = opt.get_unscaled_gradients(scaled_grads)
+    opt.apply_gradients([(grads, var)])"""
 
 
 def _type_name(obj: Any) -> str:
     return f"{type(obj).__module__}.{type(obj).__qualname__}"
 
 
-def _reject_legacy_family(inner_optimizer: Any) -> None:
-    """Raises `TypeError` for an optimizer of tf_keras' legacy family."""
-    if isinstance(inner_optimizer, tf_keras.optimizers.legacy.Optimizer):
-        raise TypeError(_LEGACY_FAMILY_MESSAGE.format(
-            inner=inner_optimizer, type=_type_name(inner_optimizer)))
-
-
-def _current_family_config(config: Dict[str, Any]) -> Dict[str, Any]:
-    """An optimizer config from before tf_keras 2.11, for today's family.
-
-    Configs written before the current family existed (TF <= 2.10, such as
-    the `optimizer` entry of a TF 2.3 LossScaleOptimizer config) carry
-    neither an `is_legacy_optimizer` key nor a `module`, and tf_keras would
-    load them as legacy optimizers. (Today's legacy optimizers write
-    `module: keras.optimizers.legacy`; those stay legacy.) They name the
-    same optimizer with the same arguments in the current family, except
-    `decay`, which it lacks: 0 (the default) is dropped, anything else
-    cannot be converted. Any other config is returned as it is.
-
-    Raises:
-      ValueError: the config has a non-zero `decay`.
-    """
-    args = config.get("config")
-    if not isinstance(args, dict) or not args or (
-            "is_legacy_optimizer" in args or "module" in config):
-        return config
-    decay = args.pop("decay", 0.0)
-    if decay != 0:
-        raise ValueError(
-            "The inner optimizer config predates tf_keras' current "
-            f"optimizers and has decay={decay!r}, which they lack; got "
-            f"{config!r}. Use a LearningRateSchedule instead of decay.")
-    args["is_legacy_optimizer"] = False
-    return config
-
-
 def _check_inner(inner_optimizer: Any) -> None:
     """Raises unless `inner_optimizer` is a plain, unwrapped tf_keras one."""
     optimizer_lib.reject_loss_scale_optimizer(inner_optimizer)
-    _reject_legacy_family(inner_optimizer)
     if not isinstance(inner_optimizer, tf_keras.optimizers.Optimizer):
         raise TypeError(
-            "inner_optimizer must be a tf_keras optimizer (an instance of "
-            f"tf_keras.optimizers.Optimizer); got {inner_optimizer!r} of "
-            f"type {_type_name(inner_optimizer)}.")
+            "inner_optimizer must be a tf_keras optimizer of the current "
+            "family (an instance of tf_keras.optimizers.Optimizer); got "
+            f"{inner_optimizer!r} of type {_type_name(inner_optimizer)}. "
+            "tf_lossscale.LossScaleOptimizer picks the flavour for each "
+            "family, tf_keras' legacy optimizers (tf_keras.optimizers.legacy) "
+            "included.")
+    reject_already_wrapped(inner_optimizer)
+
+
+def reject_already_wrapped(inner_optimizer: Any) -> None:
+    """Raises `ValueError` if a tf_keras LossScaleOptimizer wraps it already.
+
+    Ours or tf_keras' (they share the mark), of either family.
+    """
     if _tf_private.is_wrapped_by_loss_scale_optimizer(inner_optimizer):
         raise ValueError(
             "inner_optimizer is already wrapped by a LossScaleOptimizer; a "
@@ -159,7 +143,89 @@ def _is_tf_keras_optimizer(inner_optimizer: Any) -> bool:
     return isinstance(inner_optimizer, tf_keras.optimizers.Optimizer)
 
 
-class TfKerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
+def checked_pairs(grads_and_vars: Iterable[Tuple[Any, Any]]
+                  ) -> List[Tuple[Any, Any]]:
+    """The (gradient, variable) pairs that have a gradient; raises on bad input.
+
+    Both tf_keras flavours' `apply_gradients` start here.
+
+    Raises:
+      ValueError: called in a cross-replica context, every gradient is None,
+        or a gradient's shape does not fit its variable.
+      TypeError: a gradient is not floating point.
+    """
+    distribute.require_replica_context("apply_gradients()")
+    pairs = list(grads_and_vars)
+    kept = [(g, v) for g, v in pairs if g is not None]
+    if pairs and not kept:
+        raise ValueError(
+            "No gradients provided for any variable: every gradient is "
+            f"None for {[v.name for _, v in pairs]}.")
+    optimizer_lib.check_gradients([g for g, _ in kept], [v for _, v in kept])
+    return kept
+
+
+class ScalingWarnings(optimizer_lib.LossScaleOptimizer):
+    """tf_keras' warning when `apply_gradients` misses a scaling method.
+
+    Both tf_keras wrappers remember whether `get_scaled_loss` and
+    `get_unscaled_gradients` were ever called on them, and every
+    `apply_gradients` until both were warns, through `tf_logging.warning`
+    (where code, tf_keras' tests among it, looks for it), naming the one or
+    two that were not. The tf_keras flavours of this package do the same.
+    Which gradients are taken as scaled is `GradientMarks`' rule; with no
+    mark, tf_keras takes them as they are, unscaled.
+    """
+
+    _loss_has_been_scaled = False
+    _gradients_have_been_unscaled = False
+
+    def get_scaled_loss(self, loss: optimizer_lib.Loss) -> optimizer_lib.Loss:
+        self._loss_has_been_scaled = True
+        return super().get_scaled_loss(loss)
+
+    def get_unscaled_gradients(self, grads: Sequence[Any]) -> List[Any]:
+        self._gradients_have_been_unscaled = True
+        return super().get_unscaled_gradients(grads)
+
+    def _unmarked_gradients_are_scaled(self) -> bool:
+        return False
+
+    def _warn_about_scaling(self) -> None:
+        """Warns as tf_keras does, unless both scaling methods have run."""
+        scaled = self._loss_has_been_scaled
+        unscaled = self._gradients_have_been_unscaled
+        if scaled and unscaled:
+            return
+        if not scaled and not unscaled:
+            message = (
+                "You forgot to call LossScaleOptimizer.get_scaled_loss() and "
+                "LossScaleOptimizer.get_unscaled_gradients() before calling "
+                "LossScaleOptimizer.apply_gradients(). The gradients are "
+                "applied as they are, unscaled, as tf_keras does: without "
+                "loss scaling, float16 gradients may underflow, which will "
+                "likely result in worse model quality.")
+        elif not unscaled:
+            message = (
+                "You forgot to call LossScaleOptimizer.get_unscaled_gradients"
+                "() before calling LossScaleOptimizer.apply_gradients() (you "
+                "did call get_scaled_loss() however). Gradients computed "
+                "since a get_scaled_loss() call are divided by the loss scale "
+                "here; call get_unscaled_gradients() to clip or inspect them "
+                "unscaled.")
+        else:
+            message = (
+                "You forgot to call LossScaleOptimizer.get_scaled_loss() "
+                "before calling LossScaleOptimizer.apply_gradients() (you did "
+                "call get_unscaled_gradients() however). Unscaling gradients "
+                "of a loss that was not scaled divides them by the loss "
+                "scale, which will likely result in worse model quality.")
+        _tf_private.tf_logging_warning(
+            f"{message} For example:{_EXAMPLE}")
+
+
+class TfKerasLossScaleOptimizer(ScalingWarnings,
+                                _TfKerasLossScaleOptimizerV3,
                                 _tf_private.DelegatingTrackableMixin,
                                 tf_keras.optimizers.Optimizer,
                                 tf_keras.mixed_precision.LossScaleOptimizer,
@@ -171,14 +237,16 @@ class TfKerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
     and `compute_gradients` (which `fit` uses) scale the loss and unscale the
     gradients themselves. Create it in the scope of the distribution strategy
     that trains with it, as any tf_keras optimizer.
+
+    It derives from tf_keras' own wrapper of this family (a private class)
+    only so that `tf_keras.optimizers.convert_to_legacy_optimizer`, which
+    tests `isinstance` with it, converts its inner optimizer too; everything
+    that class defines is overridden here or in `ScalingWarnings`.
     """
 
     # A plain attribute per instance; this shadows tf_keras' abstract
     # `inner_optimizer` property, which has no setter.
-    inner_optimizer = None
-
-    # tf_keras' apply_gradients takes unmarked gradients as unscaled.
-    _UNMARKED_GRADIENTS_ARE_SCALED = False
+    inner_optimizer: Any = None
 
     @_tf_private.no_automatic_dependency_tracking
     def __init__(self, inner_optimizer: tf_keras.optimizers.Optimizer,
@@ -201,7 +269,7 @@ class TfKerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
         self.inner_optimizer = inner_optimizer
         self.name = name or "LossScaleOptimizer"
         self._init_loss_scaling(settings)
-        variables = _track_state(inner_optimizer, settings)
+        variables = track_loss_scale_state(inner_optimizer, settings)
         self._set_scale_variables(variables)
         if settings.dynamic:  # The names of the Keras 3 flavour's variables.
             self.dynamic_scale = variables.scale
@@ -327,7 +395,8 @@ class TfKerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
                 f"apply_gradients() got unexpected arguments {sorted(kwargs)};"
                 " it takes grads_and_vars, name, skip_gradients_aggregation "
                 "and experimental_aggregate_gradients.")
-        pairs = self._checked_pairs(grads_and_vars)
+        self._warn_about_scaling()
+        pairs = checked_pairs(grads_and_vars)
         if not pairs:
             self._marks.take([])
             return self.iterations
@@ -341,35 +410,6 @@ class TfKerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
         with tf.name_scope(name or self.name):
             self._step(grads, variables, already_unscaled)
         return self.iterations
-
-    def _checked_pairs(self, grads_and_vars: Iterable[Tuple[Any, Any]]
-                       ) -> List[Tuple[Any, Any]]:
-        """The pairs that have a gradient; raises on bad input."""
-        distribute.require_replica_context("apply_gradients()")
-        pairs = list(grads_and_vars)
-        kept = [(g, v) for g, v in pairs if g is not None]
-        if pairs and not kept:
-            raise ValueError(
-                "No gradients provided for any variable: every gradient is "
-                f"None for {[v.name for _, v in pairs]}.")
-        optimizer_lib.check_gradients(
-            [g for g, _ in kept], [v for _, v in kept])
-        return kept
-
-    def _unmarked_gradients_are_scaled(self) -> bool:
-        _tf_private.tf_logging_warning(
-            "You forgot to call LossScaleOptimizer.get_scaled_loss() and "
-            "LossScaleOptimizer.get_unscaled_gradients() before calling "
-            "LossScaleOptimizer.apply_gradients(). This will likely result in "
-            "worse model quality, so please call them in the correct places! "
-            "For example:\n  with tf.GradientTape() as tape:\n"
-            "    loss = opt.get_scaled_loss(loss)\n"
-            "  grads = tape.gradient(loss, vars)\n"
-            "  grads = opt.get_unscaled_gradients(grads)\n"
-            "  opt.apply_gradients(zip(grads, vars))\n"
-            "The gradients are applied as they are, unscaled, as tf_keras "
-            "does.")
-        return False
 
     # The parts `optimizer_lib.LossScaleOptimizer._step` is handed.
 
@@ -386,12 +426,12 @@ class TfKerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
 
     @classmethod
     def _reads(cls, inner_config: Dict[str, Any]) -> bool:
-        # tf_keras writes `is_legacy_optimizer` (False for this family) into
-        # every optimizer config; a config without it is a TF <= 2.3 one,
-        # tf_keras' when tf.keras is tf_keras in this process.
+        # tf_keras writes `is_legacy_optimizer: False` into every config of
+        # this family, and tf_keras' deserialize takes a config without it
+        # (its legacy family, TF <= 2.10's optimizers) as a legacy one; those
+        # are the legacy flavour's.
         flag = inner_config.get("config", {}).get("is_legacy_optimizer")
-        return flag is False or (
-            flag is None and optimizer_lib.legacy_keras_requested())
+        return flag is False
 
     @classmethod
     def _deserialize_inner(cls, config: Any,
@@ -401,8 +441,7 @@ class TfKerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
         # tf_keras' deserialize edits the config it is given (it lowercases
         # class names): hand it a copy, so the caller's config stays.
         return tf_keras.optimizers.deserialize(
-            _current_family_config(copy.deepcopy(config)),
-            custom_objects=custom_objects)
+            copy.deepcopy(config), custom_objects=custom_objects)
 
 
 for _name in HYPERPARAMETERS:
@@ -422,8 +461,9 @@ class TfKerasExperimentalLossScaleOptimizer(experimental.LossScaleOptimizer,
     """The deprecated optimizer wrapping a tf_keras optimizer."""
 
 
-def _track_state(inner_optimizer: Any, settings: settings_lib.Settings
-                 ) -> step_lib.ScaleVariables:
+def track_loss_scale_state(inner_optimizer: Any,
+                           settings: settings_lib.Settings
+                           ) -> step_lib.ScaleVariables:
     """Creates the scale's variables; the checkpointed ones under the inner
     optimizer's `loss_scale` child (we are the inner optimizer, to a
     checkpoint), as tf_keras' wrapper does."""

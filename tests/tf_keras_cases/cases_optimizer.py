@@ -3,6 +3,7 @@
 Runs under TF_USE_LEGACY_KERAS=1 (see tests/test_tf_keras_optimizer.py).
 """
 
+import copy
 import pathlib
 import re
 import warnings
@@ -64,11 +65,6 @@ def test_fixed_scale_has_no_counter_and_no_scale_variable():
             opt.dynamic_counter) == (False, 8.0, None, None)
     assert float(opt.loss_scale) == 8.0
     assert opt.variables == list(opt.inner_optimizer.variables)
-
-
-def test_legacy_optimizer_raises_type_error_naming_the_replacement():
-    with pytest.raises(TypeError, match=r"legacy.*tf_keras\.optimizers\.SGD"):
-        _lso(tf_keras.optimizers.legacy.SGD())
 
 
 @pytest.mark.parametrize("inner", [None, "sgd", tf.Variable(1.0)])
@@ -404,22 +400,47 @@ def _tf_2_3_config(**sgd):
     """A LossScaleOptimizer config as TF 2.3 wrote it (OptimizerV2 inner)."""
     return {"optimizer": {"class_name": "SGD", "config": {
         "name": "SGD", "learning_rate": 0.5, "decay": 0.0, "momentum": 0.9,
-        "nesterov": False, **sgd}}, "loss_scale": "dynamic"}
+        "nesterov": False, **sgd}}, "loss_scale": {
+            "class_name": "DynamicLossScale", "config": {
+                "initial_loss_scale": 32768.0, "increment_period": 2000,
+                "multiplier": 2.0}}}
 
 
-def test_tf_2_3_config_loads_its_inner_in_the_current_family():
-    opt = tf_keras_optimizer.TfKerasLossScaleOptimizer.from_config(
-        _tf_2_3_config())
+@pytest.mark.parametrize("public", ["current", "experimental"])
+@pytest.mark.parametrize("decay", [0.0, 0.01])
+def test_tf_2_3_config_loads_its_inner_in_the_legacy_family_as_tf_keras_does(
+        public, decay):
+    """A TF 2.3 inner config (no `is_legacy_optimizer`, no `module`) is a
+    legacy optimizer to tf_keras: its own deserialize builds its legacy
+    wrapper around a legacy SGD and keeps `decay`. So does ours."""
+    config = _tf_2_3_config(decay=decay)
+    theirs = tf_keras.optimizers.deserialize(
+        {"class_name": "LossScaleOptimizer", "config": copy.deepcopy(config)})
+    cls = {"current": tf_lossscale.LossScaleOptimizer,
+           "experimental": tf_lossscale.experimental.LossScaleOptimizer}[public]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        opt = cls.from_config(copy.deepcopy(config))
+    assert isinstance(opt, cls)
+    assert type(opt).__name__ == {
+        "current": "TfKerasLegacyLossScaleOptimizer",
+        "experimental": "TfKerasLegacyExperimentalLossScaleOptimizer"}[public]
     inner = opt.inner_optimizer
-    assert type(inner) is tf_keras.optimizers.SGD
-    assert (float(inner.learning_rate), inner.momentum) == (0.5, 0.9)
+    assert type(inner) is type(theirs.inner_optimizer) is (
+        tf_keras.optimizers.legacy.SGD)
+    assert inner.get_config() == theirs.inner_optimizer.get_config()
+    assert inner.get_config()["decay"] == decay
+    assert opt.get_config() == theirs.get_config()
+    assert (float(opt.lr), float(opt.momentum)) == (0.5, np.float32(0.9))
     assert (opt.dynamic, opt.initial_scale) == (True, 32768.0)
 
 
-def test_tf_2_3_config_with_decay_raises_value_error():
-    with pytest.raises(ValueError, match="decay=0.01"):
+def test_the_current_family_flavour_refuses_a_tf_2_3_inner():
+    """Its inner is a legacy optimizer (as tf_keras' own class of this
+    family refuses one); the public class picks the legacy flavour."""
+    with pytest.raises(TypeError, match="legacy"):
         tf_keras_optimizer.TfKerasLossScaleOptimizer.from_config(
-            _tf_2_3_config(decay=0.01))
+            _tf_2_3_config())
 
 
 def test_config_of_a_legacy_family_inner_raises_type_error():
@@ -457,7 +478,7 @@ def test_unmarked_gradients_are_applied_unscaled_with_tf_keras_warning(
         var = tf.Variable(1.0)
         opt = make(tf_keras.optimizers.SGD(1.0))
         with caplog.at_level("WARNING"):
-            _runner(mode, lambda: opt.apply_gradients(
+            _runner(mode, lambda opt=opt, var=var: opt.apply_gradients(
                 [(tf.constant(1.0), var)]))()
         results.append(float(var.numpy()))
         assert "You forgot to call" in caplog.text

@@ -1,0 +1,459 @@
+"""The flavour of `tf_lossscale.LossScaleOptimizer` for tf_keras' legacy family.
+
+`TfKerasLegacyLossScaleOptimizer` wraps an optimizer of tf_keras' legacy
+family (`tf_keras.optimizers.legacy.*`, `OptimizerV2`: the optimizers of
+TF 2.0-2.10's `tf.keras`, which code written for TF 2.11-2.15 reaches as
+`tf.keras.optimizers.legacy`) as tf_keras' own `LossScaleOptimizer` wraps
+it:
+
+- it is an `OptimizerV2` and a `tf_keras.mixed_precision.LossScaleOptimizer`,
+  so `model.compile` takes it and, under the `mixed_float16` policy, keeps it
+  as it is;
+- to a checkpoint it is its inner optimizer plus a child `loss_scale`
+  (`current_loss_scale`, `good_steps`) and the empty `base_optimizer` that
+  restores TF 2.2 checkpoints, so `tf.train.Checkpoint`s interchange with
+  tf_keras' wrapper and with the bare inner optimizer;
+- `weights`, `get_weights`, `set_weights` and `variables()` are the inner
+  optimizer's (an h5 file keeps no loss scale, as with tf_keras' wrapper);
+- every hyperparameter of the inner optimizer (`lr`, `learning_rate`, any
+  name in its `_hyper`) and its clipping attributes read and write through;
+- `apply_gradients(grads_and_vars, name, experimental_aggregate_gradients)`
+  sums the gradients across replicas with the inner optimizer's own
+  `gradient_aggregator` before the finiteness check, and the inner
+  optimizer clips the unscaled gradients when it applies them;
+- `minimize` works eagerly, in `tf.function` and in TF1 graphs (it returns
+  the op to run), and `get_gradients` scales the loss and unscales the
+  gradients.
+
+The step is `step.loss_scaled_step`, through `LossScaleOptimizer._step`,
+shared with every flavour; so are the deliberate differences of API.md
+section 0 (a non-finite step changes nothing with a fixed scale too, the
+knobs, `skipped_steps`). tf_keras' warning about missing scaling methods is
+`tf_keras_optimizer.ScalingWarnings`, shared with the current family's
+flavour.
+
+`TfKerasLegacyExperimentalLossScaleOptimizer` is the deprecated
+`experimental.LossScaleOptimizer(optimizer, loss_scale)` for this family.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+import tensorflow as tf
+import tf_keras
+
+from tf_lossscale import (
+    _tf_private,
+    distribute,
+    experimental,
+    tf_keras_optimizer,
+)
+from tf_lossscale import optimizer as optimizer_lib
+from tf_lossscale import settings as settings_lib
+from tf_lossscale.optimizer import InnerAttribute
+
+__all__ = [
+    "ATTRIBUTES",
+    "TfKerasLegacyExperimentalLossScaleOptimizer",
+    "TfKerasLegacyLossScaleOptimizer",
+]
+
+# Settings of the built-in legacy optimizers that they keep as plain
+# attributes, not in `_hyper`; they read and write through too (API.md
+# section 0: hyperparameters of the inner optimizer read through, which
+# tf_keras' wrapper does for `_hyper` names only).
+ATTRIBUTES = ("amsgrad", "centered", "epsilon", "nesterov")
+
+GradsAndVars = Iterable[Tuple[Any, Any]]
+
+
+def _is_legacy_optimizer(inner_optimizer: Any) -> bool:
+    return isinstance(inner_optimizer, tf_keras.optimizers.legacy.Optimizer)
+
+
+def _type_name(obj: Any) -> str:
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"
+
+
+def _check_inner(inner_optimizer: Any) -> None:
+    """Raises unless `inner_optimizer` is a plain, unwrapped legacy one."""
+    optimizer_lib.reject_loss_scale_optimizer(inner_optimizer)
+    if not _is_legacy_optimizer(inner_optimizer):
+        raise TypeError(
+            "inner_optimizer must be an optimizer of tf_keras' legacy family "
+            "(an instance of tf_keras.optimizers.legacy.Optimizer); got "
+            f"{inner_optimizer!r} of type {_type_name(inner_optimizer)}. "
+            "tf_lossscale.LossScaleOptimizer picks the flavour for each "
+            "family.")
+    tf_keras_optimizer.reject_already_wrapped(inner_optimizer)
+
+
+class _SlotRestorer(_tf_private.Trackable):
+    """The `base_optimizer` dependency: restores TF 2.2 checkpoints' slots.
+
+    Until TF 2.2 the wrapper tracked its inner optimizer as `base_optimizer`,
+    so those checkpoints hold the slot variables under that name. tf_keras'
+    wrapper adds this dependency to its inner optimizer, and so does this
+    one: it holds no variable (no checkpoint key), and a restore hands the
+    slots it finds to the inner optimizer.
+    """
+
+    def __init__(self, optimizer: Any) -> None:
+        self._optimizer = optimizer
+
+    def get_slot_names(self) -> List[str]:
+        return self._optimizer.get_slot_names()
+
+    def _create_or_restore_slot_variable(self, slot_variable_position: Any,
+                                         slot_name: str,
+                                         variable: Any) -> Any:
+        return self._optimizer._create_or_restore_slot_variable(
+            slot_variable_position, slot_name, variable)
+
+
+class TfKerasLegacyLossScaleOptimizer(
+        tf_keras_optimizer.ScalingWarnings,
+        _tf_private.DelegatingTrackableMixin,
+        tf_keras.optimizers.legacy.Optimizer,
+        tf_keras.mixed_precision.LossScaleOptimizer,
+        wraps=_is_legacy_optimizer):
+    """`tf_lossscale.LossScaleOptimizer` for tf_keras' legacy optimizers.
+
+    See `tf_lossscale.LossScaleOptimizer` for the arguments, the skip rule
+    and how `apply_gradients` tells scaled from unscaled gradients (unmarked
+    gradients are unscaled, with tf_keras' warning). `minimize`,
+    `get_gradients` and `get_updates` scale the loss and unscale the
+    gradients themselves. Create it in the scope of the distribution
+    strategy that trains with it, as any tf_keras optimizer.
+    """
+
+    # A plain attribute per instance; this shadows tf_keras' abstract
+    # `inner_optimizer` property, which has no setter.
+    inner_optimizer: Any = None
+
+    # Like tf_keras' wrapper: `apply_gradients` sums across replicas itself.
+    _HAS_AGGREGATE_GRAD = True
+
+    @_tf_private.no_automatic_dependency_tracking
+    def __init__(self, inner_optimizer: Any, dynamic: bool = True,
+                 initial_scale: Optional[float] = None,
+                 dynamic_growth_steps: Optional[int] = None,
+                 name: Optional[str] = None, *, min_scale: float = 1.0,
+                 max_scale: Optional[float] = None,
+                 growth_factor: float = 2.0, backoff_factor: float = 0.5,
+                 hysteresis: int = 1) -> None:
+        _check_inner(inner_optimizer)
+        settings = settings_lib.check_settings(
+            dynamic, initial_scale, dynamic_growth_steps,
+            min_scale=min_scale, max_scale=max_scale,
+            growth_factor=growth_factor, backoff_factor=backoff_factor,
+            hysteresis=hysteresis)
+        distribute.check_supported_strategy("LossScaleOptimizer")
+        # Not OptimizerV2's constructor: every variable (iterations, slots,
+        # hyperparameters) is the inner optimizer's, and so is every
+        # checkpoint key.
+        _tf_private.DelegatingTrackableMixin.__init__(self, inner_optimizer)
+        self.inner_optimizer = inner_optimizer
+        self._name = name or "LossScaleOptimizer"
+        self._init_loss_scaling(settings)
+        self._set_scale_variables(tf_keras_optimizer.track_loss_scale_state(
+            inner_optimizer, settings))
+        _tf_private.track_child(inner_optimizer,
+                                _SlotRestorer(inner_optimizer),
+                                "base_optimizer")
+        _tf_private.mark_wrapped_by_loss_scale_optimizer(inner_optimizer)
+
+    # Hyperparameters, as tf_keras' wrapper delegates them: a name the
+    # wrapper does not have itself and the inner optimizer keeps in its
+    # `_hyper` reads (`_get_hyper`) and writes (`_set_hyper`) there.
+
+    def _inner_hyper(self) -> Dict[str, Any]:
+        inner = self.__dict__.get("inner_optimizer")
+        hyper = getattr(inner, "_hyper", None) if inner is not None else None
+        return hyper if isinstance(hyper, dict) else {}
+
+    def __getattr__(self, name: str) -> Any:
+        # Reached only when the wrapper has no attribute `name`.
+        if not name.startswith("__") and name in self._inner_hyper():
+            return self.inner_optimizer._get_hyper(name)
+        raise AttributeError(
+            f"'{type(self).__name__}' object has no attribute '{name}'")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "lr":
+            name = "learning_rate"
+        if (name in self._inner_hyper() and not hasattr(type(self), name)
+                and name not in self.__dict__):
+            self.inner_optimizer._set_hyper(name, value)
+            return
+        super().__setattr__(name, value)
+
+    def __dir__(self) -> List[str]:
+        names = set(super().__dir__()) | set(self._inner_hyper())
+        return sorted(names)
+
+    def _set_hyper(self, name: str, value: Any) -> None:
+        self.inner_optimizer._set_hyper(name, value)
+
+    def _get_hyper(self, name: str, dtype: Any = None) -> Any:
+        return self.inner_optimizer._get_hyper(name, dtype)
+
+    @property
+    def learning_rate(self) -> Any:
+        """The inner optimizer's learning rate (a variable or a schedule)."""
+        return self.inner_optimizer.learning_rate
+
+    @learning_rate.setter
+    def learning_rate(self, value: Any) -> None:
+        self.inner_optimizer.learning_rate = value
+
+    @property
+    def lr(self) -> Any:
+        """tf_keras' old name of `learning_rate`."""
+        return self.inner_optimizer.learning_rate
+
+    @lr.setter
+    def lr(self, value: Any) -> None:
+        self.inner_optimizer.lr = value
+
+    @property
+    def clipnorm(self) -> Optional[float]:
+        """The inner optimizer's `clipnorm` (it clips what it applies)."""
+        return self.inner_optimizer.clipnorm
+
+    @clipnorm.setter
+    def clipnorm(self, value: Optional[float]) -> None:
+        self.inner_optimizer.clipnorm = value
+
+    @property
+    def global_clipnorm(self) -> Optional[float]:
+        """The inner optimizer's `global_clipnorm`."""
+        return self.inner_optimizer.global_clipnorm
+
+    @global_clipnorm.setter
+    def global_clipnorm(self, value: Optional[float]) -> None:
+        self.inner_optimizer.global_clipnorm = value
+
+    @property
+    def clipvalue(self) -> Optional[float]:
+        """The inner optimizer's `clipvalue`."""
+        return self.inner_optimizer.clipvalue
+
+    @clipvalue.setter
+    def clipvalue(self, value: Optional[float]) -> None:
+        self.inner_optimizer.clipvalue = value
+
+    # OptimizerV2's state, served by the inner optimizer.
+
+    @property
+    def iterations(self) -> Any:
+        """The inner optimizer's step count; advances on skipped steps too."""
+        return self.inner_optimizer.iterations
+
+    @iterations.setter
+    def iterations(self, variable: Any) -> None:
+        self.inner_optimizer.iterations = variable
+
+    @property
+    def weights(self) -> List[tf.Variable]:
+        """The inner optimizer's weights (the loss scale is not one)."""
+        return self.inner_optimizer.weights
+
+    def get_weights(self) -> List[Any]:
+        """The values of the inner optimizer's weights."""
+        return self.inner_optimizer.get_weights()
+
+    def set_weights(self, weights: List[Any]) -> None:
+        """Sets the inner optimizer's weights (as h5 loading does)."""
+        self.inner_optimizer.set_weights(weights)
+
+    def variables(self) -> List[tf.Variable]:
+        """The inner optimizer's variables, in the order it created them."""
+        return self.inner_optimizer.variables()
+
+    def get_slot_names(self) -> List[str]:
+        """The inner optimizer's slot names."""
+        return self.inner_optimizer.get_slot_names()
+
+    def get_slot(self, var: Any, slot_name: str) -> Any:
+        """The inner optimizer's slot `slot_name` for `var`."""
+        return self.inner_optimizer.get_slot(var, slot_name)
+
+    def add_slot(self, var: Any, slot_name: str, initializer: Any = "zeros",
+                 shape: Any = None) -> Any:
+        """Adds a slot to the inner optimizer."""
+        return self.inner_optimizer.add_slot(var, slot_name, initializer,
+                                             shape=shape)
+
+    # OptimizerV2's protocol with Keras and checkpoints (no public
+    # spelling), delegated as tf_keras' wrapper delegates it: h5 loading
+    # creates the weights, a checkpoint restore creates the slots.
+
+    def _create_all_weights(self, var_list: List[Any]) -> None:
+        self.inner_optimizer._create_all_weights(var_list)
+
+    def _create_or_restore_slot_variable(self, slot_variable_position: Any,
+                                         slot_name: str,
+                                         variable: Any) -> Any:
+        return self.inner_optimizer._create_or_restore_slot_variable(
+            slot_variable_position, slot_name, variable)
+
+    def _restore_slot_variable(self, slot_name: str, variable: Any,
+                               slot_variable: Any) -> Any:
+        return self.inner_optimizer._restore_slot_variable(
+            slot_name, variable, slot_variable)
+
+    def _aggregate_gradients(self, grads_and_vars: GradsAndVars
+                             ) -> List[Tuple[Any, Any]]:
+        return self.inner_optimizer._aggregate_gradients(grads_and_vars)
+
+    # The step.
+
+    def _compute_gradients(self, loss: optimizer_lib.Loss, var_list: Any,
+                           grad_loss: Any = None,
+                           tape: Optional[tf.GradientTape] = None
+                           ) -> List[Tuple[Any, Any]]:
+        """Unscaled gradients of `loss`, computed from the scaled loss.
+
+        OptimizerV2's `minimize` (and so `fit`) calls this and then
+        `apply_gradients`, which takes these gradients as unscaled.
+        """
+        tape = tape if tape is not None else tf.GradientTape()
+        with tape:
+            scaled_loss = self.get_scaled_loss(loss)
+        pairs = self.inner_optimizer._compute_gradients(
+            scaled_loss, var_list, grad_loss, tape=tape)
+        grads = self.get_unscaled_gradients([g for g, _ in pairs])
+        return list(zip(grads, [v for _, v in pairs]))
+
+    def get_gradients(self, loss: tf.Tensor, params: Any) -> List[Any]:
+        """Unscaled gradients of `loss` for `params` (TF1 graphs)."""
+        scaled_loss = self.get_scaled_loss(loss)
+        grads = self.inner_optimizer.get_gradients(scaled_loss, params)
+        return self.get_unscaled_gradients(grads)
+
+    def apply_gradients(self, grads_and_vars: GradsAndVars,
+                        name: Optional[str] = None,
+                        experimental_aggregate_gradients: bool = True
+                        ) -> Optional[tf.Operation]:
+        """Applies one step (or skips it).
+
+        The gradients are summed across replicas first, by the inner
+        optimizer's `gradient_aggregator` (unless
+        `experimental_aggregate_gradients=False`), so a NaN on any replica
+        makes every replica skip. Whether they are taken as scaled or already
+        unscaled is the rule of `tf_lossscale.LossScaleOptimizer`. None
+        gradients are left out.
+
+        Returns:
+          As tf_keras' wrapper: in a graph (TF1 or `tf.function`) the op that
+          runs the step, eagerly None.
+
+        Raises:
+          ValueError: called in a cross-replica context or under an
+            unsupported strategy, every gradient is None, or a gradient's
+            shape does not fit its variable.
+          TypeError: a gradient is not floating point. Nothing changes then.
+        """
+        distribute.check_supported_strategy("LossScaleOptimizer")
+        self._warn_about_scaling()
+        pairs = tf_keras_optimizer.checked_pairs(grads_and_vars)
+        if not pairs:
+            self._marks.take([])
+            return tf.no_op()
+        already_unscaled = self._already_unscaled([g for g, _ in pairs])
+        inner = self.inner_optimizer
+        # As with tf_keras' wrapper, the inner optimizer creates its slots
+        # when it first applies a step: eagerly, a skipped first step
+        # creates none.
+        if experimental_aggregate_gradients:
+            pairs = inner._aggregate_gradients(
+                inner._transform_unaggregated_gradients(pairs))
+        grads, variables = [g for g, _ in pairs], [v for _, v in pairs]
+        with tf.name_scope(name or self._name):
+            return tf.group(self._step(grads, variables, already_unscaled))
+
+    # The parts `optimizer_lib.LossScaleOptimizer._step` is handed.
+
+    def _apply_inner(self, grads: List[Any], variables: List[Any]) -> Any:
+        # Already summed across replicas (or the caller chose not to); the
+        # inner optimizer clips them as it applies them.
+        return self.inner_optimizer.apply_gradients(
+            list(zip(grads, variables)),
+            experimental_aggregate_gradients=False)
+
+    def _skip_inner(self) -> Any:
+        return self.inner_optimizer.iterations.assign_add(1, read_value=False)
+
+    # Serialization.
+
+    def _serialize_inner(self) -> Dict[str, Any]:
+        return tf_keras.optimizers.serialize(self.inner_optimizer)
+
+    @classmethod
+    def _reads(cls, inner_config: Dict[str, Any]) -> bool:
+        # tf_keras' own rule: its current family writes
+        # `is_legacy_optimizer: False`; a config without it is a legacy one
+        # (written by this family, `module: keras.optimizers.legacy`, or by
+        # TF <= 2.10), when tf.keras is tf_keras or the module says so.
+        args = inner_config.get("config")
+        flag = args.get("is_legacy_optimizer") if isinstance(
+            args, dict) else None
+        if flag is not None:
+            return bool(flag)
+        module = inner_config.get("module") or ""
+        return (optimizer_lib.legacy_keras_requested()
+                or module.startswith("keras.optimizers.legacy"))
+
+    @classmethod
+    def _deserialize_inner(cls, config: Any,
+                           custom_objects: Optional[Dict[str, Any]]) -> Any:
+        if not isinstance(config, dict):
+            return config
+        # As tf_keras' wrapper: a legacy optimizer, `decay` and all. Its
+        # deserialize edits the config it is given: hand it a copy.
+        return tf_keras.optimizers.deserialize(
+            copy.deepcopy(config), custom_objects=custom_objects,
+            use_legacy_optimizer=True)
+
+
+for _name in ATTRIBUTES:
+    setattr(TfKerasLegacyLossScaleOptimizer, _name, InnerAttribute(_name))
+del _name
+
+
+tf_keras.saving.register_keras_serializable(
+    package="tf_lossscale", name="LegacyLossScaleOptimizer")(
+        TfKerasLegacyLossScaleOptimizer)
+
+
+@tf_keras.saving.register_keras_serializable(
+    package="tf_lossscale", name="LegacyExperimentalLossScaleOptimizer")
+class TfKerasLegacyExperimentalLossScaleOptimizer(
+        experimental.LossScaleOptimizer, TfKerasLegacyLossScaleOptimizer,
+        wraps=_is_legacy_optimizer):
+    """The deprecated optimizer wrapping a tf_keras legacy optimizer."""
+
+
+def _register_for_conversion() -> None:
+    """Lets `tf_keras.optimizers.convert_to_legacy_optimizer` convert ours.
+
+    tf_keras' converter turns a wrapper of the current family into one of
+    the legacy family by looking the wrapper's class name, lowercased, up in
+    tf_keras' custom objects (and converting its inner optimizer, which it
+    does for instances of tf_keras' own wrapper, of which the current
+    flavour is one). The names of the current flavours lead to this
+    module's.
+    """
+    custom_objects = tf_keras.utils.get_custom_objects()
+    for current, legacy in (
+            (tf_keras_optimizer.TfKerasLossScaleOptimizer,
+             TfKerasLegacyLossScaleOptimizer),
+            (tf_keras_optimizer.TfKerasExperimentalLossScaleOptimizer,
+             TfKerasLegacyExperimentalLossScaleOptimizer)):
+        custom_objects.setdefault(current.__name__.lower(), legacy)
+
+
+_register_for_conversion()
