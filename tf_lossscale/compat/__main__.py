@@ -24,9 +24,11 @@ __all__ = ["main"]
 
 _USAGE = """usage: python -m tf_lossscale.compat SCRIPT [ARGS...]
 
-Runs a TF 2.1-2.4 script that uses the legacy loss-scaling API
-(tf.keras.mixed_precision.experimental, tf.train.experimental.*LossScale)
-unchanged on today's TensorFlow, with tf_lossscale.compat installed."""
+Runs a TF 2.1-2.15 script that uses the legacy loss-scaling API
+(tf.keras.mixed_precision.experimental, tf.keras.mixed_precision.
+LossScaleOptimizer, tf.train.experimental.*LossScale,
+enable_mixed_precision_graph_rewrite) unchanged on today's TensorFlow, with
+tf_lossscale.compat installed."""
 
 
 def _script_traceback(tb: Optional[types.TracebackType],
