@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import pathlib
+import re
 from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 import _model
@@ -370,6 +372,25 @@ def check_knob_refused_when_fixed(flavour: Flavour, knob: str) -> None:
     assert getattr(opt, knob) == DEFAULT_KNOBS[knob]
 
 
+README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
+
+
+def readme_blocks(section: str) -> List[str]:
+    """The ```python blocks of README's `<!-- section:NAME -->` section."""
+    text = README.read_text()
+    start = text.index(f"<!-- section:{section} -->")
+    end = text.find("<!-- section:", start + 1)
+    return re.findall(r"```python\n(.*?)```",
+                      text[start:end if end != -1 else len(text)], re.S)
+
+
+def run_readme_block(block: str) -> Dict[str, Any]:
+    """Runs one README example as written (its asserts included)."""
+    namespace: Dict[str, Any] = {"__name__": "readme_example"}
+    exec(compile(block, str(README), "exec"), namespace)
+    return namespace
+
+
 def checkpoint_keys(path: str) -> List[str]:
     return sorted(name for name, _ in tf.train.list_variables(path))
 
@@ -590,3 +611,10 @@ def test_hysteresis_state_is_checkpointed_only_with_hysteresis(tmp_path):
     for _ in range(2):
         fresh.apply_gradients([(tf.constant([np.nan, 1.0]), var)])
     assert float(fresh.loss_scale) == 64.0
+
+
+def test_readme_scaling_policy_example_runs_as_written():
+    (block,) = readme_blocks("scaling-policy")
+    namespace = run_readme_block(block)
+    assert namespace["opt"].hysteresis == 2
+    assert float(namespace["opt"].loss_scale) == 4.0

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from tensorboard.backend.event_processing import event_accumulator
+from test_knobs import readme_blocks, run_readme_block
 
 import tf_lossscale
 
@@ -274,3 +275,25 @@ def test_the_monitor_adds_nothing_to_the_traced_step():
     assert not {"PyFunc", "EagerPyFunc", "PyFuncStateless", "PrintV2",
                 "Print"} & set(with_monitor)
     assert "AssignVariableOp" in with_monitor  # The skip count, in-graph.
+
+
+def test_readme_monitoring_examples_run_as_written(tmp_path, monkeypatch,
+                                                   capsys):
+    monkeypatch.chdir(tmp_path)
+    fit_example, loop_example = readme_blocks("monitoring")
+    assert "LossScaleMonitor(" in fit_example
+    assert "tf.summary.scalar" in loop_example
+    run_readme_block(fit_example)
+    assert "loss_scale: 256.0000 - skipped_steps: 2.0000" in (
+        capsys.readouterr().out)
+    rows = csv_rows(tmp_path / "training_log.csv")
+    assert [float(r["loss_scale"]) for r in rows] == [512.0, 256.0]
+    assert [int(r["skipped_steps"]) for r in rows] == [1, 2]
+    train = tmp_path / "logs" / "train"
+    assert tensorboard_scalars(train, "epoch_loss_scale") == [512.0, 256.0]
+    assert tensorboard_scalars(train, "epoch_skipped_steps") == [1, 2]
+
+    run_readme_block(loop_example)
+    loop = tmp_path / "logs" / "custom_loop"
+    assert tensorboard_scalars(loop, "loss_scale") == [1024.0, 512.0, 512.0]
+    assert tensorboard_scalars(loop, "skipped_steps") == [0, 1, 1]

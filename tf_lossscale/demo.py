@@ -1,59 +1,80 @@
 """`python -m tf_lossscale demo`: dynamic loss scaling in a real `fit`.
 
 Trains a small regression model under Keras' `mixed_float16` policy on data
-it makes itself, with `tf_lossscale.LossScaleOptimizer` and Keras' progress
-bar. The loss scale starts far too high (2**24), so the first float16
-gradients overflow: those steps are skipped and the scale halves until the
-gradients fit. Then every `dynamic_growth_steps` finite steps it doubles,
-until it overflows again and backs off: the saw-tooth that dynamic loss
-scaling is. The demo prints every change of the scale, the skipped steps,
-and writes `trajectory.csv` and a plot, `loss_scale.svg`, into `out_dir`.
+it makes itself, with `tf_lossscale.LossScaleOptimizer` and
+`tf_lossscale.LossScaleMonitor`, so Keras' progress bar shows the loss
+scale and the skipped steps. The scale starts far too high (2**24): the
+first float16 gradients overflow, those steps are skipped and the scale
+halves until the gradients fit. Then every `dynamic_growth_steps` (10, not
+the usual 2000) finite steps it doubles, until it overflows again and backs
+off: the saw-tooth that dynamic loss scaling is.
+
+It prints what it is about to show, the progress bar, and a short summary,
+and writes into `out_dir`:
+
+- `trajectory.csv`: per step, the epoch, the batch's loss, the loss scale
+  the step used and whether it was skipped;
+- `loss_scale.png`: the loss and the loss scale on a shared step axis, the
+  skipped steps marked, the epoch boundaries drawn (needs matplotlib,
+  `pip install "tf_lossscale[demo]"`; without it the demo says so and
+  still writes the CSV).
 """
 
 from __future__ import annotations
 
 import math
 import os
-from typing import List, NamedTuple, Optional
+from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
-__all__ = ["Step", "run", "svg_plot"]
+__all__ = ["CSV_COLUMNS", "Step", "plot", "run", "summary"]
 
 DEFAULT_STEPS = 240
 BATCH_SIZE = 64
 GROWTH_STEPS = 10
 INITIAL_SCALE = 2.0**24
+CSV_NAME = "trajectory.csv"
+PNG_NAME = "loss_scale.png"
+CSV_COLUMNS = ("step", "epoch", "loss", "loss_scale", "skipped")
+INSTALL_HINT = ('pip install "tf_lossscale[demo]" (or, in a checkout, '
+                'pip install ".[demo]")')
 
 
 class Step(NamedTuple):
-    """The optimizer's state after one training step."""
+    """One training step, as the CSV and the plot show it."""
 
     step: int  # 1-based.
-    scale: float
-    counter: int
-    skipped: bool
+    epoch: int  # 1-based.
+    loss: float  # The batch's loss (mean over its samples).
+    scale: float  # The loss scale this step's loss was multiplied by.
+    skipped: bool  # Non-finite gradients: not applied, the scale backed off.
 
 
-def _was_skipped(previous_scale: float, scale: float, counter: int) -> bool:
-    """A step was skipped iff it restarted the count without growing.
-
-    The rule (state_machine.next_state) restarts the count on a skip (the
-    scale halves, or stays at its floor of 1) and on growth (the scale
-    doubles); a finite step that does not grow counts on.
-    """
-    return counter == 0 and scale <= previous_scale
+def _power(scale: float) -> str:
+    """2^k for a power of two, else the number."""
+    exponent = math.log2(scale)
+    return f"2^{exponent:g}" if exponent.is_integer() else f"{scale:g}"
 
 
-def _make_data(steps_per_epoch: int):
+def _intro() -> str:
+    return "\n".join([
+        "Demo: a small model trains in float16 with dynamic loss scaling; "
+        "the progress bar shows loss_scale and skipped_steps.",
+        f"Extreme on purpose: the scale starts at {_power(INITIAL_SCALE)} "
+        f"(float16 gradients overflow at once) and doubles every "
+        f"{GROWTH_STEPS} good steps (default: 2000)."])
+
+
+def _make_data(samples: int) -> Tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(0)
-    x = rng.normal(size=(steps_per_epoch * BATCH_SIZE, 8)).astype("float32")
+    x = rng.normal(size=(samples, 8)).astype("float32")
     w = rng.normal(size=(8, 1)).astype("float32")
     y = np.tanh(x @ w) + 0.1 * x[:, :1] ** 2
     return x, y.astype("float32")
 
 
-def _make_model(keras):
+def _make_model(keras: Any) -> Any:
     init = keras.initializers.GlorotUniform
     return keras.Sequential([
         keras.Input((8,)),
@@ -67,27 +88,43 @@ def _make_model(keras):
     ])
 
 
-def _train(steps: int) -> List[Step]:
-    """Fits the model for `steps` steps; returns the state after each."""
+def _train(steps: int, epochs: int) -> Tuple[List[Step], float]:
+    """Fits the model; returns every step's record and the final scale."""
     import keras
 
     import tf_lossscale
 
-    epochs = next(e for e in (4, 3, 2, 1) if steps % e == 0)
-    steps_per_epoch = steps // epochs
-    x, y = _make_data(steps_per_epoch)
+    x, y = _make_data(steps // epochs * BATCH_SIZE)
     opt = tf_lossscale.LossScaleOptimizer(
         keras.optimizers.Adam(1e-3), initial_scale=INITIAL_SCALE,
         dynamic_growth_steps=GROWTH_STEPS)
     history: List[Step] = []
 
     class Recorder(keras.callbacks.Callback):
-        def on_train_batch_end(self, batch, logs=None):
-            previous = history[-1].scale if history else INITIAL_SCALE
-            scale = float(opt.loss_scale)
-            counter = int(opt.dynamic_counter)
-            history.append(Step(len(history) + 1, scale, counter,
-                                _was_skipped(previous, scale, counter)))
+        """Listed after the monitor, so its `logs` hold the scale and count.
+
+        `logs["loss"]` is the epoch's running mean over its batches (all of
+        one size); a batch's own loss is what the running total gained.
+        """
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.scale = INITIAL_SCALE  # The scale the next step uses.
+            self.skips = 0
+
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            self.epoch, self.total, self.batches = epoch + 1, 0.0, 0
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            logs = logs or {}
+            self.batches += 1
+            total = float(logs["loss"]) * self.batches
+            skips = int(logs["skipped_steps"])
+            history.append(Step(len(history) + 1, self.epoch,
+                                total - self.total, self.scale,
+                                skips > self.skips))
+            self.total, self.skips = total, skips
+            self.scale = float(logs["loss_scale"])
 
     previous_policy = keras.mixed_precision.global_policy()
     keras.mixed_precision.set_global_policy("mixed_float16")
@@ -96,119 +133,174 @@ def _train(steps: int) -> List[Step]:
         model.compile(optimizer=opt, loss="mse")
         assert model.optimizer is opt  # Not wrapped a second time.
         model.fit(x, y, batch_size=BATCH_SIZE, epochs=epochs, shuffle=False,
-                  callbacks=[Recorder()], verbose=1)
+                  callbacks=[tf_lossscale.LossScaleMonitor(), Recorder()],
+                  verbose=1)
     finally:
         keras.mixed_precision.set_global_policy(previous_policy)
     if int(opt.iterations) != len(history):
         raise RuntimeError(
             f"iterations is {int(opt.iterations)} after {len(history)} "
             "steps; it must count skipped steps too.")
-    return history
+    return history, float(opt.loss_scale)
 
 
-def _power(scale: float) -> str:
-    exponent = math.log2(scale)
-    return f"2^{exponent:g}" if exponent.is_integer() else f"{scale:g}"
-
-
-def _report(history: List[Step]) -> str:
-    lines = [f"Loss scale trajectory ({len(history)} steps, starting at "
-             f"{_power(INITIAL_SCALE)}, dynamic_growth_steps={GROWTH_STEPS}):"]
-    previous = INITIAL_SCALE
-    for s in history:
-        if s.skipped:
-            lines.append(f"  step {s.step:4d}  {_power(previous):>6} -> "
-                         f"{_power(s.scale):<6} overflow: step skipped")
-        elif s.scale > previous:
-            lines.append(f"  step {s.step:4d}  {_power(previous):>6} -> "
-                         f"{_power(s.scale):<6} grew after {GROWTH_STEPS} "
-                         "finite steps")
-        previous = s.scale
+def summary(history: Sequence[Step], final_scale: float) -> str:
+    """The closing lines: loss, skipped steps, where the scale settled."""
+    epochs = history[-1].epoch
     skipped = sum(s.skipped for s in history)
-    lines.append(f"Skipped steps: {skipped} of {len(history)} (iterations "
-                 "counted every one of them)")
-    lines.append(f"Final loss scale: {history[-1].scale!r} "
-                 f"({_power(history[-1].scale)})")
-    return "\n".join(lines)
+    last = [s.scale for s in history if s.epoch == epochs] + [final_scale]
+    first_loss = np.mean([s.loss for s in history if s.epoch == 1])
+    last_loss = np.mean([s.loss for s in history if s.epoch == epochs])
+    low, high = min(last), max(last)
+    settled = (_power(low) if low == high
+               else f"between {_power(low)} and {_power(high)}")
+    return "\n".join([
+        f"Final loss: {last_loss:.4f} (mean of the last epoch; the first "
+        f"epoch's was {first_loss:.4f}).",
+        f"Skipped steps: {skipped} of {len(history)} (their float16 "
+        "gradients overflowed: not applied, and the scale backed off).",
+        f"Loss scale: started at {_power(INITIAL_SCALE)}, settled "
+        f"{settled} in the last epoch (now {_power(final_scale)}).",
+    ])
 
 
-def svg_plot(history: List[Step], width: int = 720,
-             height: int = 300) -> str:
-    """An SVG of log2(scale) per step, with the skipped steps marked in red."""
-    left, right, top, bottom = 56, 16, 28, 40
-    n = len(history)
-    exponents = [math.log2(s.scale) for s in history] + [
-        math.log2(INITIAL_SCALE)]
-    low, high = math.floor(min(exponents)), math.ceil(max(exponents))
-    high = max(high, low + 1)
-
-    def x(step: float) -> float:
-        return left + (width - left - right) * step / max(n, 1)
-
-    def y(exponent: float) -> float:
-        return top + (height - top - bottom) * (high - exponent) / (
-            high - low)
-
-    points = [(x(0), y(math.log2(INITIAL_SCALE)))]
-    for s in history:  # A step line: the scale holds until the next step.
-        points.append((x(s.step), points[-1][1]))
-        points.append((x(s.step), y(math.log2(s.scale))))
-    path = " ".join(f"{px:.1f},{py:.1f}" for px, py in points)
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" '
-        f'height="{height}" viewBox="0 0 {width} {height}" '
-        'font-family="sans-serif" font-size="11">',
-        '<rect width="100%" height="100%" fill="white"/>',
-        f'<text x="{width / 2}" y="16" text-anchor="middle" font-size="13">'
-        f'Dynamic loss scale per step ({sum(s.skipped for s in history)} '
-        'skipped steps in red)</text>',
-    ]
-    for e in range(low, high + 1):
-        parts.append(
-            f'<line x1="{left}" x2="{width - right}" y1="{y(e):.1f}" '
-            f'y2="{y(e):.1f}" stroke="#ddd"/>'
-            f'<text x="{left - 6}" y="{y(e) + 4:.1f}" text-anchor="end">'
-            f'2^{e}</text>')
-    for k in range(5):
-        step = round(n * k / 4)
-        parts.append(
-            f'<text x="{x(step):.1f}" y="{height - bottom + 14}" '
-            f'text-anchor="middle">{step}</text>')
-    parts.append(
-        f'<text x="{(left + width - right) / 2}" y="{height - 6}" '
-        'text-anchor="middle">training step</text>')
-    parts.append(f'<polyline class="scale" points="{path}" fill="none" '
-                 'stroke="#1f5fbf" stroke-width="1.5"/>')
-    for s in history:
-        if s.skipped:
-            parts.append(
-                f'<circle class="skipped" cx="{x(s.step):.1f}" '
-                f'cy="{y(math.log2(s.scale)):.1f}" r="3" fill="#d62728"/>')
-    parts.append("</svg>")
-    return "\n".join(parts) + "\n"
+def _write_csv(history: Sequence[Step], path: str) -> None:
+    with open(path, "w") as f:
+        f.write(",".join(CSV_COLUMNS) + "\n")
+        f.writelines(f"{s.step},{s.epoch},{s.loss:.6g},{s.scale!r},"
+                     f"{int(s.skipped)}\n" for s in history)
 
 
-def _write(history: List[Step], out_dir: str) -> List[str]:
-    os.makedirs(out_dir, exist_ok=True)
-    csv_path = os.path.join(out_dir, "trajectory.csv")
-    with open(csv_path, "w") as f:
-        f.write("step,loss_scale,dynamic_counter,skipped\n")
-        f.writelines(f"{s.step},{s.scale!r},{s.counter},{int(s.skipped)}\n"
-                     for s in history)
-    svg_path = os.path.join(out_dir, "loss_scale.svg")
-    with open(svg_path, "w") as f:
-        f.write(svg_plot(history))
-    return [svg_path, csv_path]
+def plot(history: Sequence[Step], path: str) -> None:
+    """Writes the PNG: loss above, loss scale below, one step axis.
+
+    Raises:
+      ImportError: matplotlib is not installed.
+    """
+    from matplotlib.figure import Figure  # No pyplot: no GUI backend.
+    from matplotlib.ticker import FuncFormatter
+
+    steps = [s.step for s in history]
+    skipped = [s for s in history if s.skipped]
+    fig = Figure(figsize=(10, 7), layout="constrained")
+    loss_ax, scale_ax = fig.subplots(2, 1, sharex=True)
+    fig.suptitle(
+        f"Dynamic loss scaling in a mixed_float16 fit: {len(history)} "
+        f"steps, {len(skipped)} skipped", fontsize=13)
+
+    loss_ax.plot(steps, [s.loss for s in history], color="tab:blue",
+                 linewidth=1.2, label="training loss of the step's batch")
+    loss_ax.plot([s.step for s in skipped], [s.loss for s in skipped], "x",
+                 color="tab:red", markersize=7, markeredgewidth=1.8,
+                 label="skipped step (update not applied)")
+    loss_ax.set_yscale("log")
+    loss_ax.yaxis.set_major_formatter(FuncFormatter(_plain_number))
+    loss_ax.yaxis.set_minor_formatter(FuncFormatter(_sparse_number))
+    loss_ax.tick_params(axis="y", which="minor", labelsize=8)
+    loss_ax.set_ylabel("loss (mean squared error, log axis)")
+
+    scale_ax.plot(steps, [s.scale for s in history], color="tab:green",
+                  linewidth=1.6, drawstyle="steps-mid",
+                  label="loss scale used by the step")
+    scale_ax.plot([s.step for s in skipped], [s.scale for s in skipped],
+                  "x", color="tab:red", markersize=7, markeredgewidth=1.8,
+                  label="skipped: float16 gradients overflowed, scale "
+                  "halved")
+    scale_ax.set_yscale("log", base=2)
+    scale_ax.set_ylabel("loss scale (log2 axis)")
+    scale_ax.set_xlabel("training step")
+    scale_ax.set_xlim(0.5, len(history) + 0.5)
+
+    _mark_epochs(history, loss_ax, scale_ax)
+    _annotate_scale(history, scale_ax)
+    for ax in (loss_ax, scale_ax):
+        ax.grid(True, which="major", alpha=0.3)
+        ax.legend(loc="upper right", fontsize=9, framealpha=0.9)
+    fig.savefig(path, dpi=110)
+
+
+def _plain_number(value: float, _: Any = None) -> str:
+    return f"{value:g}"
+
+
+def _sparse_number(value: float, _: Any = None) -> str:
+    """A minor tick's label on a log axis: only at 2, 3 and 5 times 10^k."""
+    if value <= 0:
+        return ""
+    leading = round(value / 10 ** math.floor(math.log10(value)))
+    return f"{value:g}" if leading in (2, 3, 5) else ""
+
+
+def _mark_epochs(history: Sequence[Step], *axes: Any) -> None:
+    """Dashed lines between epochs, and each epoch's number on top."""
+    starts = [s.step for s, before in zip(history[1:], history)
+              if s.epoch != before.epoch]
+    edges = [0.5] + [b - 0.5 for b in starts] + [len(history) + 0.5]
+    for ax in axes:
+        for n, edge in enumerate(edges[1:-1]):
+            ax.axvline(edge, color="0.45", linestyle="--", linewidth=1,
+                       label="epoch boundary" if n == 0 else None)
+    top = axes[0]
+    for n, (left, right) in enumerate(zip(edges, edges[1:]), start=1):
+        top.text((left + right) / 2, 1.01, f"epoch {n}", ha="center",
+                 va="bottom", fontsize=9, color="0.3",
+                 transform=top.get_xaxis_transform())
+
+
+def _annotate_scale(history: Sequence[Step], ax: Any) -> None:
+    """Points at the first back-offs and at the first growth."""
+    first_kept = next((s for s in history if not s.skipped), None)
+    if first_kept is not None and first_kept.step > 1:
+        ax.annotate(
+            f"starts at {_power(INITIAL_SCALE)}: overflow, skip, halve\n"
+            "until the gradients fit", xy=(1, INITIAL_SCALE),
+            xytext=(0.12, 0.85), textcoords="axes fraction", fontsize=9,
+            arrowprops={"arrowstyle": "->", "color": "0.3"})
+    growth = next((s for s, before in zip(history[1:], history)
+                   if s.scale > before.scale), None)
+    if growth is None:
+        return
+    ax.annotate(
+        f"doubles after {GROWTH_STEPS} good steps in a row",
+        xy=(growth.step, growth.scale), xytext=(0.3, 0.12),
+        textcoords="axes fraction", fontsize=9,
+        arrowprops={"arrowstyle": "->", "color": "0.3"})
+    again = next((s for s in history if s.skipped and s.step > growth.step),
+                 None)
+    if again is not None:
+        ax.annotate(
+            "too high again: overflow, skip, halve\n(the saw-tooth of "
+            "dynamic loss scaling)", xy=(again.step, again.scale),
+            xytext=(0.3, 0.62), textcoords="axes fraction", fontsize=9,
+            arrowprops={"arrowstyle": "->", "color": "0.3"})
+
+
+def _epochs(steps: int) -> int:
+    """The most epochs, up to 4, that split `steps` evenly."""
+    return next(e for e in (4, 3, 2, 1) if steps % e == 0)
 
 
 def run(steps: Optional[int] = None, out_dir: str = "demo_out") -> int:
-    """Runs the demo; returns the exit code (0)."""
+    """Runs the demo; returns the exit code (0, or 2 for a bad count)."""
     steps = DEFAULT_STEPS if steps is None else steps
     if steps < 1:
         print(f"--steps must be a positive number of steps; got {steps}.")
         return 2
-    history = _train(steps)
-    print(_report(history))
-    paths = _write(history, out_dir)
-    print(f"Wrote {paths[0]} (plot) and {paths[1]}.")
+    print(_intro(), flush=True)
+    history, final_scale = _train(steps, _epochs(steps))
+    print(summary(history, final_scale))
+    os.makedirs(out_dir, exist_ok=True)
+    csv_path = os.path.join(out_dir, CSV_NAME)
+    _write_csv(history, csv_path)
+    try:
+        import matplotlib  # noqa: F401  (the optional extra)
+    except ImportError:
+        print(f"Wrote {csv_path} (loss, loss scale and skipped flag per "
+              f"step). No plot: matplotlib is not installed; "
+              f"{INSTALL_HINT} adds it.")
+        return 0
+    png_path = os.path.join(out_dir, PNG_NAME)
+    plot(history, png_path)
+    print(f"Wrote {png_path} (plot) and {csv_path} (loss, loss scale and "
+          "skipped flag per step).")
     return 0
