@@ -369,3 +369,31 @@ def test_bench_outside_a_checkout_says_the_suite_is_missing(tmp_path):
     assert done.returncode == 2
     assert "benchmarks/run.py" in done.stderr
     assert "source checkout" in done.stderr
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+@pytest.mark.parametrize("how", ["eager", "function", "xla"])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_a_non_finite_value_is_caught_however_the_check_runs(dtype, how, bad):
+    """Grappler's default options are on inside tf.function: TF 2.16 folds
+    `x * 0` to 0 there, NaN or not, so no probe may rest on it."""
+    values = np.ones(7, np.float32)
+    values[3] = bad
+    grads = [tf.cast(tf.constant(values), dtype), tf.ones([3, 5], dtype)]
+    check = {"eager": finite.all_finite,
+             "function": tf.function(finite.all_finite),
+             "xla": tf.function(
+                 lambda g: finite.all_finite(g, jit_compile=True))}[how]
+    assert not bool(check(grads))
+    assert bool(check([tf.ones([7], dtype), tf.ones([3, 5], dtype)]))
+    unscaled, ok = tf.function(finite.unscale_and_check)(grads, 4.0)
+    assert not bool(ok)
+
+
+@pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16, tf.float32])
+def test_no_probe_multiplies_by_zero(dtype):
+    """The old float16 probe `reduce_sum(u * 0)` is what Grappler folds."""
+    graph = tf.function(finite.all_finite).get_concrete_function(
+        [tf.TensorSpec([8], dtype), tf.TensorSpec([4, 4], dtype)]).graph
+    ops = {op.type for op in graph.get_operations()}
+    assert "Mul" not in ops and "IsFinite" in ops
