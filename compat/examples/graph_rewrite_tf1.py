@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import tensorflow.compat.v1 as tf
 
-tf.disable_eager_execution()
+tf.disable_v2_behavior()
 tf.set_random_seed(6)
 USE_AMP = True
 
