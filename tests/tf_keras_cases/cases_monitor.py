@@ -108,3 +108,38 @@ def test_an_optimizer_that_is_not_ours_gets_a_clear_type_error():
     model.compile(optimizer="sgd", loss="mse")
     with pytest.raises(TypeError, match="tf_lossscale.LossScaleOptimizer"):
         fit(model, [tf_lossscale.LossScaleMonitor()])
+
+
+class RecordingModel(tf_keras.Sequential):
+    """Keeps the graph each traced train step was built in."""
+
+    graphs: List[Any] = []
+
+    def train_step(self, data: Any) -> Any:
+        RecordingModel.graphs.append(tf.compat.v1.get_default_graph())
+        return super().train_step(data)
+
+
+def _traced_op_types(callbacks: List[Any]) -> List[str]:
+    RecordingModel.graphs = []
+    model = RecordingModel([tf_keras.Input((4,)), tf_keras.layers.Dense(1)])
+    model.compile(optimizer=tf_lossscale.LossScaleOptimizer(
+        tf_keras.optimizers.SGD(0.01)), loss="mse")
+    fit(model, callbacks, epochs=1)
+    traces = []
+    for graph in RecordingModel.graphs:  # tf_keras may trace twice.
+        definition = graph.as_graph_def()
+        traces.append(sorted([n.op for n in definition.node] + [
+            n.op for f in definition.library.function for n in f.node_def]))
+    assert traces and all(t == traces[0] for t in traces)
+    return traces[0]
+
+
+def test_the_monitor_adds_nothing_to_the_traced_step():
+    """No op, and so no host sync: it reads only after the step ran."""
+    with_monitor = _traced_op_types([tf_lossscale.LossScaleMonitor(
+        max_consecutive_skips=5)])
+    assert with_monitor == _traced_op_types([])
+    assert not {"PyFunc", "EagerPyFunc", "PyFuncStateless", "PrintV2",
+                "Print"} & set(with_monitor)
+    assert "AssignVariableOp" in with_monitor  # The skip count, in-graph.
