@@ -624,3 +624,12 @@ def test_apply_of_the_very_unscaled_outputs_reuses_their_verdict(monkeypatch):
         np.testing.assert_array_equal(var.numpy(), expected)
     assert checks == []
     assert (float(opt.loss_scale), int(opt.skipped_steps)) == (2.0, 1)
+
+
+def test_from_config_leaves_the_callers_config_unchanged():
+    opt = tf_lossscale.LossScaleOptimizer(keras.optimizers.Adam(0.5))
+    config = opt.get_config()
+    kept = repr(config)
+    restored = tf_lossscale.LossScaleOptimizer.from_config(config)
+    assert repr(config) == kept
+    assert float(restored.learning_rate) == 0.5

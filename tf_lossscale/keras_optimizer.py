@@ -17,6 +17,7 @@ works beside `scale_loss`.
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import keras
@@ -302,8 +303,10 @@ class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
         if not isinstance(config, dict):
             return config
         try:
+            # Keras' deserialize edits the config it is given (it lowercases
+            # class names): hand it a copy, so the caller's config stays.
             return keras.optimizers.deserialize(
-                config, custom_objects=custom_objects)
+                copy.deepcopy(config), custom_objects=custom_objects)
         except (TypeError, ValueError) as e:
             raise TypeError(
                 "inner_optimizer must be a Keras 3 optimizer or its config; "
