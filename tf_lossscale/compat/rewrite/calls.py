@@ -256,14 +256,7 @@ def _compile(ctx: Context, original: cst.Call, updated: cst.Call) -> cst.Call:
     extra = [kwarg(k, cst.parse_expression(v)) for k, v in scaling]
     index = _optimizer_index(original)
     if index is None:
-        default = _wrap(ctx, cst.SimpleString("'rmsprop'"), Kind.STRING,
-                        extra)
-        args = list(updated.args)
-        if args:
-            args[-1] = args[-1].with_changes(comma=cst.Comma(
-                whitespace_after=cst.SimpleWhitespace(" ")))
-        return updated.with_changes(args=[*args, kwarg("optimizer",
-                                                       default)])
+        return _with_default_optimizer(ctx, updated, extra)
     value = original.args[index].value
     wrapped = _wrapped(ctx, updated.args[index].value, ctx.facts.kind(value),
                        extra)
@@ -272,6 +265,17 @@ def _compile(ctx: Context, original: cst.Call, updated: cst.Call) -> cst.Call:
     args = list(updated.args)
     args[index] = args[index].with_changes(value=wrapped)
     return updated.with_changes(args=args)
+
+
+def _with_default_optimizer(ctx: Context, updated: cst.Call,
+                            extra: List[cst.Arg]) -> cst.Call:
+    """compile(...) without an optimizer: its default, "rmsprop", wrapped."""
+    default = _wrap(ctx, cst.SimpleString("'rmsprop'"), Kind.STRING, extra)
+    args = list(updated.args)
+    if args:
+        args[-1] = args[-1].with_changes(comma=cst.Comma(
+            whitespace_after=cst.SimpleWhitespace(" ")))
+    return updated.with_changes(args=[*args, kwarg("optimizer", default)])
 
 
 def _optimizer_index(call: cst.Call) -> Optional[int]:

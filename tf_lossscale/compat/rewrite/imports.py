@@ -94,31 +94,53 @@ def _import_from(ctx: Context, line: cst.SimpleStatementLine,
     dropped = False
     for alias in statement.names:
         name = f"{module}.{get_full_name_for_node(alias.name)}"
-        asname = alias.asname.name.value if isinstance(
-            alias.asname, cst.AsName) and isinstance(
-                alias.asname.name, cst.Name) else None
-        if name in table.VANISHED_MODULES:
-            current = table.VANISHED_MODULES[name]
-            if current is not None:
-                new_module, member = split(current)
-                moved.setdefault(new_module, []).append(
-                    (member, asname or split(name)[1]))
-            dropped = dropped or current is None
-        elif name in table.LEGACY_NAMES:
-            current = table.LEGACY_NAMES[name].current
-            if current is None:
-                dropped = True  # Every call of it is rewritten whole.
-                continue
-            new_module, member = split(current)
-            moved.setdefault(new_module, []).append((member, asname))
-        else:
+        target = _new_home(name, _asname(alias))
+        if target is None:  # Not legacy: stays.
             if module in table.VANISHED_MODULES:
                 ctx.note(line, f"{short(name)} has no current equivalent in "
                          "the migration table; rewrite it by hand")
             kept.append(alias)
+        elif target == _DROPPED:
+            dropped = True
+        else:
+            new_module, member, asname = target
+            moved.setdefault(new_module, []).append((member, asname))
     if not moved and not dropped:
         return [statement]
     return _from_statements(statement, kept, moved)
+
+
+_DROPPED = ("", "", None)
+
+
+def _asname(alias: cst.ImportAlias) -> Optional[str]:
+    if isinstance(alias.asname, cst.AsName) and isinstance(
+            alias.asname.name, cst.Name):
+        return alias.asname.name.value
+    return None
+
+
+def _new_home(name: str, asname: Optional[str]
+              ) -> Optional[Tuple[str, str, Optional[str]]]:
+    """Where `from ... import <name> as <asname>` imports from now.
+
+    (module, member, alias); `_DROPPED` when the import goes (a module whose
+    members all moved to tf_lossscale, or a function rewritten call by
+    call); None for a name that is not legacy.
+    """
+    if name in table.VANISHED_MODULES:
+        current = table.VANISHED_MODULES[name]
+        if current is None:
+            return _DROPPED
+        new_module, member = split(current)
+        return new_module, member, asname or split(name)[1]
+    if name in table.LEGACY_NAMES:
+        current = table.LEGACY_NAMES[name].current
+        if current is None:
+            return _DROPPED
+        new_module, member = split(current)
+        return new_module, member, asname
+    return None
 
 
 def _from_statements(statement: cst.ImportFrom, kept: List[cst.ImportAlias],
