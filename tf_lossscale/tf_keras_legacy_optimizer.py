@@ -8,7 +8,10 @@ it:
 
 - it is an `OptimizerV2` and a `tf_keras.mixed_precision.LossScaleOptimizer`,
   so `model.compile` takes it and, under the `mixed_float16` policy, keeps it
-  as it is;
+  as it is; it is also an instance of tf_keras' own (private) class for this
+  family, which TF1-style Keras models (`training_v1`, after
+  `tf.compat.v1.disable_eager_execution()`) test for, to keep it and to
+  scale the loss with it;
 - to a checkpoint it is its inner optimizer plus a child `loss_scale`
   (`current_loss_scale`, `good_steps`) and the empty `base_optimizer` that
   restores TF 2.2 checkpoints, so `tf.train.Checkpoint`s interchange with
@@ -43,6 +46,9 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import tensorflow as tf
 import tf_keras
+from tf_keras.src.mixed_precision.loss_scale_optimizer import (
+    LossScaleOptimizer as _TfKerasLossScaleOptimizerV2,
+)
 
 from tf_lossscale import (
     _tf_private,
@@ -115,6 +121,7 @@ class _SlotRestorer(_tf_private.Trackable):
 
 class TfKerasLegacyLossScaleOptimizer(
         tf_keras_optimizer.ScalingWarnings,
+        _TfKerasLossScaleOptimizerV2,
         _tf_private.DelegatingTrackableMixin,
         tf_keras.optimizers.legacy.Optimizer,
         tf_keras.mixed_precision.LossScaleOptimizer,
@@ -127,6 +134,13 @@ class TfKerasLegacyLossScaleOptimizer(
     `get_gradients` and `get_updates` scale the loss and unscale the
     gradients themselves. Create it in the scope of the distribution
     strategy that trains with it, as any tf_keras optimizer.
+
+    It derives from tf_keras' own wrapper of this family (a private class)
+    only for the `isinstance` tests of tf_keras' TF1 training loops, which
+    otherwise wrap it again. Everything that class defines is overridden
+    here, in `ScalingWarnings` or in `tf_lossscale.LossScaleOptimizer`, but
+    `__getattribute__` (its fallback ends in this `__getattr__`) and
+    `_apply_gradients` (which only its own `apply_gradients` calls).
     """
 
     # A plain attribute per instance; this shadows tf_keras' abstract
@@ -158,8 +172,14 @@ class TfKerasLegacyLossScaleOptimizer(
         self.inner_optimizer = inner_optimizer
         self._name = name or "LossScaleOptimizer"
         self._init_loss_scaling(settings)
-        self._set_scale_variables(tf_keras_optimizer.track_loss_scale_state(
-            inner_optimizer, settings))
+        variables = tf_keras_optimizer.track_loss_scale_state(
+            inner_optimizer, settings)
+        self._set_scale_variables(variables)
+        for variable in variables:
+            # In a TF1 graph, tf_keras' session initializes the variables it
+            # was told of (its own wrapper tells it of its scale's).
+            if variable is not None:
+                tf_keras.__internal__.backend.track_variable(variable)
         _tf_private.track_child(inner_optimizer,
                                 _SlotRestorer(inner_optimizer),
                                 "base_optimizer")
@@ -188,7 +208,10 @@ class TfKerasLegacyLossScaleOptimizer(
                 and name not in self.__dict__):
             self.inner_optimizer._set_hyper(name, value)
             return
-        super().__setattr__(name, value)
+        # Not the bases' `__setattr__`: OptimizerV2's and tf_keras' wrapper's
+        # apply their own hyperparameter rules (the one above is theirs) to
+        # state this wrapper does not have.
+        object.__setattr__(self, name, value)
 
     def __dir__(self) -> List[str]:
         names = set(super().__dir__()) | set(self._inner_hyper())

@@ -240,8 +240,10 @@ class TfKerasLossScaleOptimizer(ScalingWarnings,
 
     It derives from tf_keras' own wrapper of this family (a private class)
     only so that `tf_keras.optimizers.convert_to_legacy_optimizer`, which
-    tests `isinstance` with it, converts its inner optimizer too; everything
-    that class defines is overridden here or in `ScalingWarnings`.
+    tests `isinstance` with it, converts its inner optimizer too. Everything
+    that class defines is overridden here, in `ScalingWarnings` or in
+    `tf_lossscale.LossScaleOptimizer`, but `_apply_gradients` (which only
+    its own `apply_gradients` calls).
     """
 
     # A plain attribute per instance; this shadows tf_keras' abstract

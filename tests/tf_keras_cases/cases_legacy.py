@@ -17,6 +17,9 @@ tests/conftest.py makes the two logical CPUs and the one MirroredStrategy.
 
 import copy
 import os
+import subprocess
+import sys
+import textwrap
 import warnings
 from unittest import mock
 
@@ -158,6 +161,8 @@ def test_wrapping_a_wrapper_or_a_wrapped_inner_raises(first):
         OURS(inner)
     with pytest.raises(ValueError, match="already wrapped"):
         THEIRS(inner)
+    with pytest.raises(TypeError, match="cannot wrap another"):
+        THEIRS(OURS(LEGACY.SGD()))  # tf_keras' own check, on ours.
 
 
 def test_central_storage_strategy_is_refused_as_by_tf_keras():
@@ -583,6 +588,49 @@ def test_get_gradients_in_a_tf1_graph_unscales():
 
 
 # compile / fit.
+
+
+TF1_KERAS_SCRIPT = textwrap.dedent("""
+    import numpy as np
+    import tensorflow as tf
+    tf.compat.v1.disable_eager_execution()
+    import tf_keras
+    import tf_lossscale
+    tf_keras.mixed_precision.set_global_policy("mixed_float16")
+    x = np.random.default_rng(0).normal(size=(32, 3)).astype("float32")
+    for make in (tf_lossscale.LossScaleOptimizer,
+                 tf_keras.mixed_precision.LossScaleOptimizer):
+        model = tf_keras.Sequential([
+            tf_keras.layers.Dense(4, input_shape=(3,)),
+            tf_keras.layers.Dense(1, dtype="float32")])
+        model.set_weights([np.full(w.shape, 0.5, "float32")
+                           for w in model.get_weights()])
+        opt = make(tf_keras.optimizers.legacy.SGD(0.01),
+                   initial_scale=2.0**20, dynamic_growth_steps=2)
+        model.compile(optimizer=opt, loss="mse")
+        model.fit(x, np.ones((32, 1), "float32"), batch_size=8, epochs=2,
+                  verbose=0, shuffle=False)
+        sess = tf.compat.v1.keras.backend.get_session()
+        print(model.optimizer is opt, sess.run(opt.loss_scale),
+              sess.run(opt.iterations),
+              np.asarray(model.get_weights()[0]).tobytes().hex())
+""")
+
+
+def test_tf1_keras_models_keep_it_and_train_as_with_tf_keras():
+    """`training_v1` (after disable_eager_execution) keeps only instances of
+    tf_keras' own wrapper and scales the loss through them."""
+    result = subprocess.run(
+        [sys.executable, "-c", TF1_KERAS_SCRIPT], capture_output=True,
+        text=True, timeout=600,
+        env={**os.environ, "TF_USE_LEGACY_KERAS": "1",
+             "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert result.returncode == 0, result.stderr[-5000:]
+    ours, theirs = result.stdout.split("\n")[:2]
+    assert ours == theirs
+    kept, scale, iterations, _ = ours.split()
+    assert (kept, iterations) == ("True", "8")
+    assert float(scale) < 2.0**20  # float16 overflowed: skipped, halved.
 
 
 def _data(n=32):
