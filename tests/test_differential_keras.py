@@ -40,8 +40,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from hypothesis import HealthCheck, Phase, given, settings
-from hypothesis.control import currently_in_test_context, event
 from hypothesis import strategies as st
+from hypothesis.control import currently_in_test_context, event
 
 import tf_lossscale
 
@@ -728,6 +728,17 @@ class _SpySGD(keras.optimizers.SGD):
         return super().apply(grads, trainable_variables)
 
 
+def _mirrored_step(strategy, opt, variable):
+    @tf.function
+    def step(bad):
+        def replica_fn():
+            with tf.GradientTape() as tape:
+                loss = opt.scale_loss(tf.reduce_sum(variable * bad))
+            opt.apply(tape.gradient(loss, [variable]), [variable])
+        strategy.run(replica_fn)
+    return step
+
+
 def test_mirrored_inner_apply_gets_plain_tensors_and_matches_keras(
         mirrored_strategy):
     """Under MirroredStrategy both hand the inner optimizer per-replica
@@ -741,14 +752,7 @@ def test_mirrored_inner_apply_gets_plain_tensors_and_matches_keras(
             variable = keras.Variable([1.0, 2.0])
             opt.build([variable])
 
-        @tf.function
-        def step(bad):
-            def replica_fn():
-                with tf.GradientTape() as tape:
-                    loss = opt.scale_loss(tf.reduce_sum(variable * bad))
-                opt.apply(tape.gradient(loss, [variable]), [variable])
-            mirrored_strategy.run(replica_fn)
-
+        step = _mirrored_step(mirrored_strategy, opt, variable)
         _SpySGD.seen = []
         step(tf.constant(1.0))
         assert _SpySGD.seen and all(

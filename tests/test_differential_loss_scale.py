@@ -20,6 +20,7 @@ The expected verdict is also computed with NumPy from the very values fed,
 so a bug shared by both implementations still fails.
 """
 
+import functools
 import os
 import re
 import tempfile
@@ -445,16 +446,18 @@ def test_graph_session_trajectories_equal_tensorflows(config, initial, start,
     assert ours.state() == ours.state()
 
 
+def _fixed_update(loss_scale, grad):
+    op, apply = loss_scale.update([grad])
+    assert isinstance(op, tf.Operation) and apply is True
+    return loss_scale()
+
+
 @pytest.mark.parametrize("value", [1, 7, 2.0**15])
 def test_fixed_loss_scale_types_in_function_and_graph_equal_tensorflows(
         value):
     pair = (tf_lossscale.FixedLossScale(value), TF.FixedLossScale(value))
     for loss_scale in pair:
-        @tf.function
-        def update(g):
-            op, apply = loss_scale.update([g])
-            assert isinstance(op, tf.Operation) and apply is True
-            return loss_scale()
+        update = tf.function(functools.partial(_fixed_update, loss_scale))
         assert float(update(tf.constant([NAN]))) == float(value)
     results = []
     for loss_scale_cls in (tf_lossscale.FixedLossScale, TF.FixedLossScale):
