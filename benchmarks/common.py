@@ -10,7 +10,7 @@ import dataclasses
 import gc
 import os
 import time
-from typing import Callable, Dict, List, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,22 +33,23 @@ class Sizes:
 
 
 MODES: Dict[str, Sizes] = {
-    "full": Sizes(mlp_layers=40, mlp_width=512, mlp_batch=64, mlp_steps=60,
+    "full": Sizes(mlp_layers=40, mlp_width=512, mlp_batch=64, mlp_steps=80,
                   optimizers=("SGD", "Adam"), many_layers=750, many_width=16,
-                  many_steps=40, big_tensors=86, small_tensors=2000,
+                  many_steps=60, big_tensors=86, small_tensors=2000,
                   check_steps=40, fusions=(10, 100, 1000),
                   fusions_per_tensor=(10, 100, 1000)),
-    # Under 100 s: SGD only in (a), 200 variables in (b), 500 in (c).
+    # Every row and target of the full run, smaller and shorter: 200
+    # variables in (b), 500 tensors in (c, small), fewer steps.
     "quick": Sizes(mlp_layers=40, mlp_width=512, mlp_batch=64, mlp_steps=20,
-                   optimizers=("SGD",), many_layers=100, many_width=16,
+                   optimizers=("SGD", "Adam"), many_layers=100, many_width=16,
                    many_steps=20, big_tensors=86, small_tensors=500,
                    check_steps=15, fusions=(10, 100, 1000),
                    fusions_per_tensor=(10, 100)),
     # Only proves that the harness runs (the test suite's smoke test).
-    "tiny": Sizes(mlp_layers=3, mlp_width=32, mlp_batch=8, mlp_steps=2,
+    "tiny": Sizes(mlp_layers=3, mlp_width=32, mlp_batch=8, mlp_steps=3,
                   optimizers=("SGD",), many_layers=4, many_width=8,
-                  many_steps=2, big_tensors=2, small_tensors=20,
-                  check_steps=2, fusions=(10,), fusions_per_tensor=(10,)),
+                  many_steps=3, big_tensors=2, small_tensors=20,
+                  check_steps=3, fusions=(10,), fusions_per_tensor=(10,)),
 }
 
 WARMUP_CALLS = 2
@@ -81,16 +82,22 @@ def time_first_call(fn: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
-def interleave(rows: Dict[str, Callable[[], object]], steps: int
+def interleave(rows: Dict[str, Callable[[], object]], steps: int,
+               log: Optional[Callable[[str], None]] = None
                ) -> Dict[str, Timing]:
     """Times `rows` round-robin, first calls included, medians compared.
 
     Every row is called once per round, starting each round one row later,
     so slow drift and a row's position in the round hit all rows alike.
     The garbage collector is collected and frozen before timing: after heavy
-    tracing it can pause a step for up to a second.
+    tracing it can pause a step for up to a second. `log`, if given, gets a
+    line per first call (the long ones are most of a run's time).
     """
-    timings = {name: Timing(time_first_call(fn)) for name, fn in rows.items()}
+    timings = {}
+    for name, fn in rows.items():
+        timings[name] = Timing(time_first_call(fn))
+        if log is not None:
+            log(f"  first call of {name}: {timings[name].first_call_s:.2f} s")
     names = list(rows)
     for _ in range(WARMUP_CALLS):
         for name in names:

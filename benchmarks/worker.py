@@ -4,14 +4,25 @@
 
 tf_keras must be chosen before TensorFlow is imported
 (`TF_USE_LEGACY_KERAS=1`), so each Keras gets its own process; `run.py`
-starts both. Rows per Keras:
+starts both. Each flavour is compared with its own original in its own
+process. Rows (the original is `keras3` or `tf_keras`, the Keras of this
+process):
 
-- keras3: `plain` (the inner optimizer), `barrier` (the plain optimizer made
-  to wait for every gradient before any update), `ours`
-  (`tf_lossscale.LossScaleOptimizer`), `keras3` (Keras'
-  `LossScaleOptimizer`), plus the limit rows of (c).
-- tf_keras: `plain`, `ours` (our tf_keras flavour), `tf_keras` (its own
-  `LossScaleOptimizer`).
+- (a) `plain` (the inner optimizer), `barrier` (the plain optimizer made to
+  wait for every gradient before any update), the original
+  (`keras.mixed_precision.LossScaleOptimizer` of this Keras), `ours`
+  (`tf_lossscale.LossScaleOptimizer`); with SGD also `<row> skipped` (a
+  NaN in every batch).
+- (b) `plain`, the original, `ours` (Keras 3 only: `scale_loss` +
+  `apply_gradients` with scaled gradients, Keras 3's flow) and `ours
+  documented` (`get_scaled_loss`, `get_unscaled_gradients`,
+  `apply_gradients`). Keras 3's original has only `scale_loss` +
+  `apply_gradients` (it unscales inside), so that is its row for both
+  flows; tf_keras' original runs the documented flow.
+- (c) `plain`, the original, `ours` (the public `get_unscaled_gradients`,
+  and the verdict it computed, read as `apply_gradients` reads it), `one
+  read`; Keras 3 also `one tensor` and `plain one tensor`.
+- (d) XLA fusion counts.
 """
 
 from __future__ import annotations
@@ -73,13 +84,28 @@ def log(message: str) -> None:
 
 # --- optimizers -------------------------------------------------------------
 
+ORIGINAL = "tf_keras" if LEGACY else "keras3"
+
+
 def _with_barrier(inner_cls: type) -> type:
     """`inner_cls`, made to wait for every gradient before any update.
 
     One NoOp depends on all gradients and every op of the update depends on
     it: the wait itself, without a per-gradient op (an Identity per
-    gradient would add per-op overhead the wait does not need).
+    gradient would add per-op overhead the wait does not need). Keras 3's
+    `fit` and `apply_gradients` reach `apply`; tf_keras' reach
+    `apply_gradients` (which builds the slots under `init_scope`, outside
+    the dependency).
     """
+    if LEGACY:
+        class LegacyBarrier(inner_cls):
+            def apply_gradients(self, grads_and_vars, *args, **kwargs):
+                pairs = list(grads_and_vars)
+                ready = tf.group(*[g for g, _ in pairs if g is not None])
+                with tf.control_dependencies([ready]):
+                    return super().apply_gradients(pairs, *args, **kwargs)
+        return LegacyBarrier
+
     class Barrier(inner_cls):
         def apply(self, grads, trainable_variables=None):
             grads = list(grads)
@@ -89,18 +115,21 @@ def _with_barrier(inner_cls: type) -> type:
     return Barrier
 
 
-def optimizer_rows(name: str) -> Dict[str, Callable[[], Any]]:
-    """Row name -> factory of a fresh optimizer wrapping `name` ('SGD'...)."""
+def optimizer_rows(name: str, barrier: bool = True
+                   ) -> Dict[str, Callable[[], Any]]:
+    """Row name -> factory of a fresh optimizer wrapping `name` ('SGD'...).
+
+    In first-call order: plain, barrier, the original, then ours (after
+    its original, so whatever a process accumulates while tracing weighs
+    on ours, not on the original).
+    """
     inner = getattr(keras.optimizers, name)
     lr = 1e-4
     rows = {"plain": lambda: inner(learning_rate=lr)}
-    if LEGACY:
-        rows["tf_keras"] = lambda: keras.mixed_precision.LossScaleOptimizer(
-            inner(learning_rate=lr))
-    else:
+    if barrier:
         rows["barrier"] = lambda: _with_barrier(inner)(learning_rate=lr)
-        rows["keras3"] = lambda: keras.mixed_precision.LossScaleOptimizer(
-            inner(learning_rate=lr))
+    rows[ORIGINAL] = lambda: keras.mixed_precision.LossScaleOptimizer(
+        inner(learning_rate=lr))
     rows["ours"] = lambda: tf_lossscale.LossScaleOptimizer(
         inner(learning_rate=lr))
     return rows
@@ -108,6 +137,19 @@ def optimizer_rows(name: str) -> Dict[str, Callable[[], Any]]:
 
 def _is_scaler(row: str) -> bool:
     return row in ("ours", "keras3", "tf_keras")
+
+
+def warm_up(rows: Dict[str, Callable[[], Any]]) -> Dict[str, float]:
+    """Calls each row's one-layer twin once; its seconds per row.
+
+    The first trace that reaches a library's code in a process pays once
+    for what later traces reuse (AutoGraph converting that code, lazy
+    imports): about 2 s for tf_lossscale's, whichever row comes first. The
+    twins pay it, so each row's first call is its own model's trace, graph
+    optimisation and first step.
+    """
+    return {name: round(common.time_first_call(fn), 3)
+            for name, fn in rows.items()}
 
 
 # --- (a) compile / train_on_batch of a ~10M-parameter MLP ------------------
@@ -128,6 +170,13 @@ def workload_a(sizes: common.Sizes, optimizer: str) -> Dict[str, Any]:
     x_nan = x.copy()
     x_nan[0, 0] = np.nan
     weights = _mlp("relu", w, sizes.mlp_layers).get_weights()
+    twins = {}
+    for row, make in optimizer_rows(optimizer).items():
+        twin = _mlp("relu", 8, 1)
+        twin.compile(optimizer=make(), loss="mse", jit_compile=False)
+        twins[row] = (lambda m: lambda: m.train_on_batch(
+            np.ones((2, 8), "float32"), np.zeros((2, 8), "float32")))(twin)
+    warm = warm_up(twins)
     rows = {}
     for row, make in optimizer_rows(optimizer).items():
         model = _mlp("relu", w, sizes.mlp_layers)
@@ -143,28 +192,40 @@ def workload_a(sizes: common.Sizes, optimizer: str) -> Dict[str, Any]:
                 lambda m, d: lambda: m.train_on_batch(*d))(skip, (x_nan, y))
     params = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
     log(f"(a) {optimizer}: {len(rows)} rows, {params} parameters")
-    timings = common.interleave(rows, sizes.mlp_steps)
+    timings = common.interleave(rows, sizes.mlp_steps, log=log)
     log(f"(a) {optimizer}: done")
     return {"parameters": params, "variables": len(model.trainable_variables),
+            "warm_up_s": warm,
             "rows": {k: t.as_json() for k, t in timings.items()}}
 
 
 # --- (b) tf.function GradientTape loop over ~1500 small variables ----------
 
-def _tape_step(model, optimizer, row: str) -> Callable[[Any, Any], Any]:
+# How each row of (b) scales: "none" (plain), "keras" (`scale_loss`, then
+# `apply_gradients` with the scaled gradients: Keras 3's flow, the only one
+# its LossScaleOptimizer has) or "documented" (`get_scaled_loss`,
+# `get_unscaled_gradients`, `apply_gradients`: TensorFlow's documented flow,
+# and tf_keras' only one).
+FLOWS_B = ({"plain": "none", "keras3": "keras", "ours": "keras",
+            "ours documented": "documented"} if not LEGACY else
+           {"plain": "none", "tf_keras": "documented",
+            "ours documented": "documented"})
+
+
+def _tape_step(model, optimizer, flow: str) -> Callable[[Any, Any], Any]:
     @tf.function
     def step(x, y):
         with tf.GradientTape() as tape:
             loss = tf.reduce_mean(tf.square(model(x, training=True) - y))
-            if row == "ours" and LEGACY or row == "tf_keras":
+            if flow == "documented":
                 target = optimizer.get_scaled_loss(loss)
-            elif _is_scaler(row):
+            elif flow == "keras":
                 target = optimizer.scale_loss(loss)
             else:
                 target = loss
         variables = model.trainable_variables
         grads = tape.gradient(target, variables)
-        if row == "ours" and LEGACY or row == "tf_keras":
+        if flow == "documented":
             grads = optimizer.get_unscaled_gradients(grads)
         optimizer.apply_gradients(zip(grads, variables))
         return loss
@@ -176,16 +237,27 @@ def workload_b(sizes: common.Sizes) -> Dict[str, Any]:
     x = tf.random.normal((32, w))
     y = tf.zeros((32, w))
     weights = _mlp("tanh", w, sizes.many_layers).get_weights()
+    makers = optimizer_rows("SGD", barrier=False)
+    twins = {}
+    for row, flow in FLOWS_B.items():
+        twin = _mlp("tanh", 8, 1)
+        step = _tape_step(twin, makers[
+            "ours" if row.startswith("ours") else row](), flow)
+        twins[row] = (lambda s: lambda: s(tf.ones((2, 8)),
+                                          tf.zeros((2, 8))).numpy())(step)
+    warm = warm_up(twins)
     rows = {}
-    for row, make in optimizer_rows("SGD").items():
+    for row, flow in FLOWS_B.items():
         model = _mlp("tanh", w, sizes.many_layers)
         model.set_weights(weights)
-        step = _tape_step(model, make(), row)
+        make = makers["ours" if row.startswith("ours") else row]
+        step = _tape_step(model, make(), flow)
         rows[row] = (lambda s: lambda: s(x, y).numpy())(step)
-    log(f"(b) {len(model.trainable_variables)} variables")
-    timings = common.interleave(rows, sizes.many_steps)
+    log(f"(b) {len(model.trainable_variables)} variables, rows {list(rows)}")
+    timings = common.interleave(rows, sizes.many_steps, log=log)
     log("(b) done")
-    return {"variables": len(model.trainable_variables),
+    return {"variables": len(model.trainable_variables), "flows": FLOWS_B,
+            "warm_up_s": warm,
             "rows": {k: t.as_json() for k, t in timings.items()}}
 
 
@@ -203,12 +275,35 @@ def _keras_check_and_unscale() -> Callable[[List[Any], Any], Any]:
                          lso.check_finite(g))
 
 
+def _ours_through_the_public_api() -> Callable[[List[Any]], Any]:
+    """Our check+unscale as the documented flow runs it.
+
+    `get_unscaled_gradients` (public) divides and checks in one pass; the
+    verdict it computed is read the way `apply_gradients` reads it when it
+    is handed exactly those outputs (`_decide`, which adds no op: it only
+    keeps the check from being pruned, as apply's use of it does).
+    """
+    opt = tf_lossscale.LossScaleOptimizer(keras.optimizers.SGD())
+
+    def check_and_unscale(grads):
+        unscaled = opt.get_unscaled_gradients(grads)
+        already_unscaled, verdict = opt._decide(unscaled)
+        if not already_unscaled or verdict is None:
+            raise RuntimeError(
+                "apply_gradients would not reuse get_unscaled_gradients' "
+                "verdict here: the (c) row no longer measures the "
+                "documented flow's check")
+        return unscaled, verdict
+    return check_and_unscale
+
+
 def _check_rows(shapes: List[tuple]) -> Dict[str, Callable[[], Any]]:
     grads = [tf.Variable(tf.random.normal(s)) for s in shapes]
     total = sum(int(np.prod(s)) for s in shapes)
     one = tf.Variable(tf.random.normal([total]))
     scale = tf.Variable(INITIAL_SCALE)
     keras_fn = _keras_check_and_unscale()
+    ours_fn = _ours_through_the_public_api()
     read = lambda: [v.read_value() for v in grads]  # noqa: E731
 
     # Each row returns the tensors it produced and a scalar: returned
@@ -218,7 +313,7 @@ def _check_rows(shapes: List[tuple]) -> Dict[str, Callable[[], Any]]:
         return read(), tf.constant(True)
 
     def ours():
-        return finite.unscale_and_check(read(), scale)
+        return ours_fn(read())
 
     def theirs():
         return keras_fn(read(), scale)
@@ -234,10 +329,11 @@ def _check_rows(shapes: List[tuple]) -> Dict[str, Callable[[], Any]]:
     def plain_one_tensor():
         return [one.read_value()], tf.constant(True)
 
-    rows = {"plain": plain, "ours": ours,
-            "tf_keras" if LEGACY else "keras3": theirs}
+    # First-call order: the original before ours.
+    rows = {"plain": plain, ORIGINAL: theirs, "ours": ours,
+            "one read": one_read}
     if not LEGACY:
-        rows.update({"one read": one_read, "one tensor": one_tensor,
+        rows.update({"one tensor": one_tensor,
                      "plain one tensor": plain_one_tensor})
     return {k: (lambda f: lambda: f()[1].numpy())(
         tf.function(fn, autograph=False)) for k, fn in rows.items()}
@@ -254,7 +350,7 @@ def workload_c(sizes: common.Sizes) -> Dict[str, Any]:
         rows = _check_rows(shapes)
         floats = sum(int(np.prod(s)) for s in shapes)
         log(f"(c) {len(shapes)} tensors, {floats} floats")
-        timings = common.interleave(rows, sizes.check_steps)
+        timings = common.interleave(rows, sizes.check_steps, log=log)
         log(f"(c) {case}: done")
         out[case] = {"tensors": len(shapes), "floats": floats,
                      "rows": {k: t.as_json() for k, t in timings.items()}}
@@ -298,7 +394,7 @@ def workload_d(sizes: common.Sizes) -> Dict[str, Any]:
             if not LEGACY:
                 row["ours in a compiled caller"] = hlo_counts(
                     caller, grads, scale)
-            row["tf_keras" if LEGACY else "keras3"] = hlo_counts(
+            row[ORIGINAL] = hlo_counts(
                 theirs, grads, scale)
         log(f"(d) {n} gradients: {row}")
         out["per gradient count"][str(n)] = row

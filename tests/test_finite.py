@@ -350,9 +350,21 @@ def test_bench_harness_runs_every_workload_and_prints_a_table(tmp_path):
         assert heading in done.stdout
     result = json.loads(out.read_text())
     for keras in ("keras3", "tf_keras"):
+        # Each flavour against its own original, in its own process.
         rows = result[keras]["a"]["SGD"]["rows"]
-        assert {"plain", "ours"} <= set(rows)
+        assert {"plain", "barrier", keras, "ours"} <= set(rows)
         assert all(r["median_ms"] > 0 for r in rows.values())
+        assert {"plain", keras, "ours documented"} <= set(
+            result[keras]["b"]["rows"])
+        for case in ("big", "small"):
+            assert {"plain", keras, "ours", "one read"} <= set(
+                result[keras]["c"][case]["rows"])
+    assert result["keras3"]["b"]["flows"]["ours"] == "keras"
+    assert result["tf_keras"]["b"]["flows"]["tf_keras"] == "documented"
+    names = [t["target"] for t in result["targets"]]
+    for flavour in ("Keras 3", "tf_keras"):
+        assert any(n.startswith(f"(b) {flavour}") and "documented flow: "
+                   "ours <= original / 2" in n for n in names)
     d = result["keras3"]["d"]
     assert d["per gradient count"]["10"]["ours"]["fusions"] > 0
 

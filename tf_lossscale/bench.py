@@ -27,7 +27,8 @@ def run(quick: bool, json_path: Optional[str]) -> int:
     """Runs the suite; prints its markdown report. Returns the exit code.
 
     Args:
-      quick: the shorter run (under 100 s on two cores).
+      quick: every row and target on smaller workloads, fewer steps
+        (about 3 minutes on two cores).
       json_path: if given, every number is also written there as JSON.
     """
     suite = find_suite()
