@@ -158,14 +158,17 @@ class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
 
     # Keras 3's API.
 
+    @tf.autograph.experimental.do_not_convert
     def scale_loss(self, loss: tf.Tensor) -> tf.Tensor:
         """Keras 3's name for `get_scaled_loss`, called by `fit`."""
         return self.get_scaled_loss(loss)
 
+    @tf.autograph.experimental.do_not_convert
     def check_finite(self, grads: Iterable[Any]) -> tf.Tensor:
         """A scalar bool tensor: True iff no gradient holds NaN or Inf."""
         return finite_lib.all_finite(list(grads))
 
+    @tf.autograph.experimental.do_not_convert
     def apply_gradients(self, grads_and_vars: Iterable[Tuple[Any, Any]],
                         name: Optional[str] = None,
                         skip_gradients_aggregation: bool = False,
@@ -192,6 +195,7 @@ class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
         self.apply(list(grads), list(variables))
         return self.iterations
 
+    @tf.autograph.experimental.do_not_convert
     def apply(self, grads: Iterable[Any],
               trainable_variables: Optional[Iterable[Any]] = None) -> None:
         """Applies one step (or skips it), Keras 3's signature.
@@ -247,6 +251,7 @@ class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
         return keras.optimizers.Optimizer.stateless_apply(
             self, optimizer_variables, grads, trainable_variables)
 
+    @tf.autograph.experimental.do_not_convert
     def minimize(self, loss: optimizer_lib.Loss, var_list: List[Any],
                  tape: Optional[tf.GradientTape] = None) -> Any:
         """TensorFlow's `minimize`: scale, differentiate, unscale, apply.

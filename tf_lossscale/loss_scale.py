@@ -147,6 +147,7 @@ class FixedLossScale(LossScale):
     def __call__(self) -> tf.Tensor:
         return tf.constant(self._loss_scale_value, dtype=tf.float32)
 
+    @tf.autograph.experimental.do_not_convert
     def update(self, grads: Any) -> UpdateResult:
         del grads  # A fixed scale does not look at the gradients.
         return tf.no_op(), True
@@ -218,6 +219,7 @@ class DynamicLossScale(LossScale):
     def __call__(self) -> tf.Tensor:
         return tf.convert_to_tensor(self._weight("current_loss_scale"))
 
+    @tf.autograph.experimental.do_not_convert
     def update(self, grads: Any) -> UpdateResult:
         """Adjusts the scale from one step's gradients (see the class doc).
 

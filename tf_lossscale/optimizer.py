@@ -19,7 +19,10 @@ Shared here, so that no flavour writes them again:
 - `get_config` / `from_config`;
 - `InnerAttribute`, a hyperparameter read and written on the inner optimizer.
 
-The step itself is `step.loss_scaled_step`.
+The step itself is `step.loss_scaled_step`. The methods a traced step
+calls are `tf.autograph.experimental.do_not_convert`: they hold no
+data-dependent Python control flow (branches are explicit `tf.cond`s), and
+AutoGraph converting them cost about 2 s on the first call of a process.
 """
 
 from __future__ import annotations
@@ -511,6 +514,7 @@ class LossScaleOptimizer:
 
     # The documented scaling methods.
 
+    @tf.autograph.experimental.do_not_convert
     def get_scaled_loss(self, loss: Loss) -> Loss:
         """Returns `loss` times the loss scale (cast to the loss's dtype).
 
@@ -526,6 +530,7 @@ class LossScaleOptimizer:
         self._marks.scaled_loss()
         return loss * tf.cast(self._current_scale(), loss.dtype)
 
+    @tf.autograph.experimental.do_not_convert
     def get_unscaled_gradients(self, grads: Sequence[Any]) -> List[Any]:
         """Returns the gradients divided by the loss scale.
 
