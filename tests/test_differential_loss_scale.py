@@ -184,7 +184,7 @@ def _pair(initial, period, multiplier):
 
 # ------------------------------------------------------------------- eager
 
-@settings(max_examples=80, **SETTINGS)
+@settings(max_examples=150, **SETTINGS)
 @given(initial=INITIAL_SCALES, period=PERIODS, multiplier=MULTIPLIERS,
        steps=st.lists(eager_step(), min_size=1, max_size=8))
 def test_eager_trajectories_equal_tensorflows(initial, period, multiplier,
@@ -212,6 +212,20 @@ def test_eager_trajectories_equal_tensorflows(initial, period, multiplier,
         assert float(ours()) == float(theirs())
         assert ours().dtype == theirs().dtype == tf.float32
     assert ours.get_config() == theirs.get_config()
+
+
+@pytest.mark.parametrize("grad", [
+    tf.constant([1.0, 2.0]), tf.constant([1.0, NAN]), tf.constant(INF),
+    tf.IndexedSlices(tf.constant([[NAN, 1.0]]), tf.constant([0]),
+                     tf.constant([2, 2]))],
+    ids=["finite", "nan", "inf_scalar", "sparse_nan"])
+def test_update_with_a_bare_tensor_equals_tensorflows(grad):
+    """`update(grad)` with one tensor, not a list (TensorFlow's test)."""
+    ours, theirs = _pair(8.0, 1, 2.0)
+    results = [loss_scale.update(grad)[1] for loss_scale in (ours, theirs)]
+    assert bool(results[0]) == bool(results[1]) == _all_finite(grad)
+    assert _state(ours) == _state(theirs)
+    assert float(ours()) == (16.0 if _all_finite(grad) else 4.0)
 
 
 @settings(max_examples=40, **SETTINGS)
@@ -336,7 +350,7 @@ def _set_state(loss_scale, scale, good_steps):
     variables["good_steps"].assign(good_steps)
 
 
-@settings(max_examples=60, **SETTINGS)
+@settings(max_examples=100, **SETTINGS)
 @given(config=st.sampled_from(CONFIGS), initial=INITIAL_SCALES,
        start=st.integers(0, 3),
        steps=st.lists(traced_step(), min_size=1, max_size=8))
@@ -410,7 +424,7 @@ def _graph_runs(config):
     return _GRAPHS[config]
 
 
-@settings(max_examples=60, **SETTINGS)
+@settings(max_examples=100, **SETTINGS)
 @given(config=st.sampled_from(CONFIGS), initial=INITIAL_SCALES,
        start=st.integers(0, 3),
        steps=st.lists(traced_step(), min_size=1, max_size=8),

@@ -415,6 +415,18 @@ def test_other_scaling_warnings_equal_tf_keras(called):
         assert "get_scaled_loss()" in results[0][0][0]
 
 
+def test_iterations_setter_writes_the_inner_optimizers_as_tf_keras():
+    for kind in ("ours", "tf"):
+        opt = _make(kind, "sgd", initial_scale=4.0)
+        counter = tf.Variable(5, dtype=tf.int64)
+        opt.iterations = counter
+        assert opt.inner_optimizer.iterations is counter
+        variables = _model_variables()
+        _step(opt, variables, np.float32([1, 1, 1]), np.float32([1, 1]),
+              np.int32([0]), "documented")
+        assert int(counter.numpy()) == 6
+
+
 def test_variables_list_the_scale_and_counter_after_the_inner_ones():
     ours, theirs = (_make(kind, "momentum", initial_scale=4.0)
                     for kind in ("ours", "tf"))
