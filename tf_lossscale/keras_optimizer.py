@@ -295,10 +295,13 @@ class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
 
     @classmethod
     def _reads(cls, inner_config: Dict[str, Any]) -> bool:
-        # tf_keras writes `is_legacy_optimizer` into every optimizer config;
-        # a config without it (Keras 3, or TF <= 2.3) is Keras 3's, unless
+        # tf_keras writes `is_legacy_optimizer` into every optimizer config
+        # (and `module: keras.optimizers.legacy` for its legacy family); a
+        # config without either (Keras 3, or TF <= 2.3) is Keras 3's, unless
         # tf.keras is tf_keras in this process.
         return ("is_legacy_optimizer" not in inner_config.get("config", {})
+                and not str(inner_config.get("module", "")).startswith(
+                    "keras.optimizers.legacy")
                 and not optimizer_lib.legacy_keras_requested())
 
     @classmethod

@@ -351,12 +351,14 @@ class TfKerasLegacyLossScaleOptimizer(
         grads = self.get_unscaled_gradients([g for g, _ in pairs])
         return list(zip(grads, [v for _, v in pairs]))
 
+    @tf.autograph.experimental.do_not_convert
     def get_gradients(self, loss: tf.Tensor, params: Any) -> List[Any]:
         """Unscaled gradients of `loss` for `params` (TF1 graphs)."""
         scaled_loss = self.get_scaled_loss(loss)
         grads = self.inner_optimizer.get_gradients(scaled_loss, params)
         return self.get_unscaled_gradients(grads)
 
+    @tf.autograph.experimental.do_not_convert
     def apply_gradients(self, grads_and_vars: GradsAndVars,
                         name: Optional[str] = None,
                         experimental_aggregate_gradients: bool = True

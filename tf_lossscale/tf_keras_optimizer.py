@@ -180,10 +180,12 @@ class ScalingWarnings(optimizer_lib.LossScaleOptimizer):
     _loss_has_been_scaled = False
     _gradients_have_been_unscaled = False
 
+    @tf.autograph.experimental.do_not_convert
     def get_scaled_loss(self, loss: optimizer_lib.Loss) -> optimizer_lib.Loss:
         self._loss_has_been_scaled = True
         return super().get_scaled_loss(loss)
 
+    @tf.autograph.experimental.do_not_convert
     def get_unscaled_gradients(self, grads: Sequence[Any]) -> List[Any]:
         self._gradients_have_been_unscaled = True
         return super().get_unscaled_gradients(grads)
@@ -358,6 +360,7 @@ class TfKerasLossScaleOptimizer(ScalingWarnings,
 
     # The step.
 
+    @tf.autograph.experimental.do_not_convert
     def compute_gradients(self, loss: optimizer_lib.Loss, var_list: Any,
                           tape: Optional[tf.GradientTape] = None
                           ) -> List[Tuple[Any, Any]]:
@@ -374,6 +377,7 @@ class TfKerasLossScaleOptimizer(ScalingWarnings,
         grads = self.get_unscaled_gradients([g for g, _ in pairs])
         return list(zip(grads, [v for _, v in pairs]))
 
+    @tf.autograph.experimental.do_not_convert
     def apply_gradients(self, grads_and_vars: Iterable[Tuple[Any, Any]],
                         name: Optional[str] = None,
                         skip_gradients_aggregation: bool = False,
@@ -397,6 +401,8 @@ class TfKerasLossScaleOptimizer(ScalingWarnings,
                 f"apply_gradients() got unexpected arguments {sorted(kwargs)};"
                 " it takes grads_and_vars, name, skip_gradients_aggregation "
                 "and experimental_aggregate_gradients.")
+        # tf_keras refuses it here too (an optimizer made outside the scope).
+        distribute.check_supported_strategy("LossScaleOptimizer")
         self._warn_about_scaling()
         pairs = checked_pairs(grads_and_vars)
         if not pairs:
