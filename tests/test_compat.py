@@ -563,9 +563,10 @@ assert isinstance(m.optimizer, tf.keras.mixed_precision.LossScaleOptimizer)
 assert isinstance(m.optimizer, tf_lossscale.LossScaleOptimizer)
 assert not isinstance(m.optimizer, tf_lossscale.experimental.LossScaleOptimizer)
 print("tf 2.4 compile", type(m.optimizer.inner_optimizer).__module__)
-# TF 2.11-2.15's legacy optimizers still compile with a loss-scale wrapper.
+# TF 2.11-2.15's legacy optimizers: the same, in ours.
 m = model()
 m.compile(optimizer=tf.keras.optimizers.legacy.Adam(), loss="mse")
+assert isinstance(m.optimizer, tf.keras.mixed_precision.LossScaleOptimizer)
 m.fit(np.full((8, 4), 0.01), np.zeros((8, 1)), epochs=1, verbose=0)
 print("legacy family", float(m.optimizer.get_scaled_loss(tf.constant(1.0))),
       int(m.optimizer.iterations))

@@ -68,29 +68,12 @@ def optimizer_for_compile(policy: Any, optimizer: Any, get: Get,
     if isinstance(optimizer, _loss_scale_optimizer_types()):
         return optimizer
     if not legacy:
-        return _current_wrapper(optimizer)
+        return tf_lossscale.LossScaleOptimizer(optimizer)
     with warnings.catch_warnings():
         # TF 2.3's compile chose this class itself; the user did not.
         warnings.simplefilter("ignore", DeprecationWarning)
         return tf_lossscale.experimental.LossScaleOptimizer(
             optimizer, policy.loss_scale)
-
-
-def _current_wrapper(optimizer: Any) -> Any:
-    """`tf_lossscale.LossScaleOptimizer(optimizer)`, where the core takes it.
-
-    An optimizer of tf_keras' legacy family (`tf.keras.optimizers.legacy.*`,
-    which TF 2.11-2.15 code uses) that the core refuses is returned as it
-    is, for tf_keras' compile to wrap in its own class, as it did.
-    """
-    try:
-        return tf_lossscale.LossScaleOptimizer(optimizer)
-    except TypeError:
-        tf_keras = sys.modules.get("tf_keras")
-        if tf_keras is not None and isinstance(
-                optimizer, tf_keras.optimizers.legacy.Optimizer):
-            return optimizer
-        raise
 
 
 def hooked(compile_fn: Callable[..., Any], get: Get,
