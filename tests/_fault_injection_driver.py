@@ -222,6 +222,7 @@ def run_keras(keras, flavour: str, dtype: str, steps: int, seed: int
               ) -> Dict:
     """A run of `tf_lossscale.LossScaleOptimizer` around `keras`'s SGD."""
     import tensorflow as tf
+
     import tf_lossscale
 
     plan = Plan(dtype, steps, seed, faults_in="scaled")
@@ -295,6 +296,7 @@ def _keras_slots(optimizer) -> list:
 def run_tf1(dtype: str, steps: int, seed: int) -> Dict:
     """A run of `MixedPrecisionLossScaleOptimizer` around MomentumOptimizer."""
     import tensorflow as tf
+
     import tf_lossscale
 
     plan = Plan(dtype, steps, seed, faults_in="true")
@@ -318,7 +320,7 @@ def run_tf1(dtype: str, steps: int, seed: int) -> Dict:
         reference = v1.train.MomentumOptimizer(LEARNING_RATE, MOMENTUM)
         ref_op = reference.apply_gradients(zip(ref_grads, ref_vars))
         fetch = {
-            "state": lso_vars + [lso.get_slot(v, "momentum")
+            "state": lso_vars + [lso.inner_optimizer.get_slot(v, "momentum")
                                  for v in lso_vars],
             "reference": ref_vars + [reference.get_slot(v, "momentum")
                                      for v in ref_vars],

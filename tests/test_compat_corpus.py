@@ -57,12 +57,7 @@ CORPUS = {
 # Scripts `migrate` cannot convert completely: the lines it must name.
 REPORTED = {"guide_policy_reads.py": [25, 27, 28, 43]}
 # Runs that fail for want of a core feature (strict: they must fail).
-NEEDS_CORE = {
-    ("models_explicit_allreduce.py", KERAS_3): (
-        "the Keras 3 flavour's apply_gradients(..., "
-        "experimental_aggregate_gradients=False) must apply gradients the "
-        "caller already summed over the replicas without summing them again"),
-}
+NEEDS_CORE: dict = {}  # (script, Keras) -> the core defect it waits for
 
 
 def _run(args, cwd, keras_flavour):

@@ -5,13 +5,12 @@
 spelled as each of them wrote them.
 """
 
-import pytest
 import keras
+import pytest
 import tensorflow as tf
 
 import tf_lossscale
-from tf_lossscale import config_conversion
-from tf_lossscale import experimental
+from tf_lossscale import config_conversion, experimental
 from tf_lossscale.keras_optimizer import KerasLossScaleOptimizer
 
 # An SGD as TF 2.3's `tf.keras.optimizers.serialize` wrote it.

@@ -569,12 +569,6 @@ def test_apply_without_variables_after_build_uses_the_built_ones(cls):
     assert int(opt.iterations.numpy()) == 1
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "defect: apply(grads) without variables on an unbuilt optimizer raises "
-    "ValueError on ours; Keras' raises TypeError ('NoneType' object is not "
-    "iterable), and API.md section 0 binds the exception type (an error "
-    "class deriving from both, as distribute.ReplicaContextError does, "
-    "would keep the message)"))
 def test_apply_without_variables_before_build_raises_the_same_type():
     raised = []
     for cls in (tf_lossscale.LossScaleOptimizer, KERAS_LSO):

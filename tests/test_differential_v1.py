@@ -11,7 +11,7 @@ slots and other variables, `global_step`, the scale and the counter must be
 bit-identical; so must `variables()`. Checkpoints restore both ways with
 `assert_consumed()`.
 
-Scales are powers of two up to 2**126: TensorFlow unscales by multiplying
+Scales are powers of two up to 2**100 (below 2**126 after growth): TensorFlow unscales by multiplying
 with the reciprocal of the scale, ours divides, and the two round alike only
 there. (At 2**127 the reciprocal is a float32 subnormal that TensorFlow's
 CPU kernels flush to zero: its gradients vanish; ours do not. A test below
@@ -180,11 +180,13 @@ def _expected_finite(scale, c_w, c_e, ids):
 # (period, multiplier): powers of two only (see the module docstring).
 DYNAMIC_SPECS = [("dynamic", 2.0, 1, 2.0), ("dynamic", 2.0, 2.0, 2.0),
                  ("dynamic", 2.0, 3, 4.0)]
-SCALES = st.sampled_from([1.0, 2.0, 4.0, 1024.0, 2.0**15, 2.0**100,
-                          2.0**124, 2.0**126])
+# Up to 2**100: a trajectory that starts near 2**126 can grow to 2**127,
+# where the two differ by design (the test of 2**127 below shows how).
+SCALES = st.sampled_from([1.0, 2.0, 4.0, 1024.0, 2.0**15, 2.0**64,
+                          2.0**100])
 
 
-@settings(max_examples=100, **SETTINGS)
+@settings(max_examples=150, **SETTINGS)
 @given(inner=st.sampled_from(sorted(INNERS)),
        spec=st.sampled_from(DYNAMIC_SPECS), scale=SCALES,
        start=st.integers(0, 2), trajectory=steps())
@@ -244,12 +246,6 @@ def test_fixed_scale_finite_trajectories_equal_tensorflows(inner, value,
         assert np.frombuffer(mine["scale"], np.float32)[0] == value
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "defect: with a fixed loss scale, MixedPrecisionLossScaleOptimizer "
-    "applies a NaN/Inf step (FixedLossScale.update always returns True, and "
-    "v1_optimizer._apply_in_cross_replica_context branches on that alone), "
-    "as TensorFlow's does; API.md section 0 says no non-finite step changes "
-    "a variable or a slot with a fixed scale either"))
 @pytest.mark.parametrize("inner", sorted(INNERS))
 def test_fixed_scale_nan_step_is_applied_by_tensorflow_and_skipped_by_ours(
         inner):
@@ -359,8 +355,6 @@ SLOT_DEFECT = (
     "wrapper does not override get_slot/get_slot_names")
 
 
-@pytest.mark.xfail(strict=True, raises=NotImplementedError,
-                   reason=SLOT_DEFECT)
 @pytest.mark.parametrize("ours_saves", [True, False], ids=["ours", "tf"])
 @pytest.mark.parametrize("inner", ["momentum", "adam"])
 def test_checkpoints_with_slots_restore_both_ways(inner, ours_saves):
@@ -370,8 +364,6 @@ def test_checkpoints_with_slots_restore_both_ways(inner, ours_saves):
     _checkpoint_both_ways(inner, DYNAMIC_SPECS[2], trajectory, ours_saves)
 
 
-@pytest.mark.xfail(strict=True, raises=NotImplementedError,
-                   reason=SLOT_DEFECT)
 def test_eager_checkpoint_of_the_optimizer_with_slots(tmp_path):
     variable = tf.Variable([1.0])
     opt = tf_lossscale.MixedPrecisionLossScaleOptimizer(

@@ -2,9 +2,9 @@
 
 import warnings
 
+import keras
 import numpy as np
 import pytest
-import keras
 import tensorflow as tf
 
 import tf_lossscale

@@ -15,12 +15,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import _fault_injection_driver as driver
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-import _fault_injection_driver as driver
 from tf_lossscale import finite
 
 TESTS = Path(__file__).resolve().parent

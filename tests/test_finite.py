@@ -23,8 +23,7 @@ import tensorflow as tf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tf_lossscale import distribute
-from tf_lossscale import finite
+from tf_lossscale import distribute, finite
 
 DTYPES = [tf.float16, tf.bfloat16, tf.float32, tf.float64]
 LARGE = finite.BUCKET_MAX_ELEMENTS + 11

@@ -7,12 +7,12 @@ variable and no Python-side state: what happens to one (skipped steps,
 counter per graph (and eagerly).
 """
 
-import numpy as np
 import keras
+import numpy as np
 import tensorflow as tf
+from _model import trajectory
 
 import tf_lossscale
-from _model import trajectory
 
 NAN = float("nan")
 

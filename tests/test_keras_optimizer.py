@@ -4,12 +4,12 @@ Distribution is in test_keras_optimizer_distributed.py, saving in
 test_keras_optimizer_saving.py.
 """
 
+import _model
+import keras
 import numpy as np
 import pytest
-import keras
 import tensorflow as tf
 
-import _model
 import tf_lossscale
 from tf_lossscale.keras_optimizer import KerasLossScaleOptimizer
 

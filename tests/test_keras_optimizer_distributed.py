@@ -4,9 +4,9 @@ The steps run as `fit` runs them: `strategy.run` of a train step that
 scales the loss and calls `apply_gradients`, inside a `tf.function`.
 """
 
+import keras
 import numpy as np
 import pytest
-import keras
 import tensorflow as tf
 
 import tf_lossscale
@@ -207,3 +207,37 @@ def test_none_and_sparse_gradients_cross_the_replicas(mirrored_strategy):
     np.testing.assert_allclose(_replica_values(table), [expected_table] * 2)
     np.testing.assert_array_equal(_replica_values(unused), [[1.0]] * 2)
     assert float(opt.loss_scale) == 2.0
+
+
+def test_gradients_summed_by_the_caller_are_not_summed_again(
+        mirrored_strategy):
+    """TF 2.4-2.15's apply_gradients(..., experimental_aggregate_gradients=
+    False), as tensorflow/models' grad_utils calls it after its own
+    all-reduce: each replica's update uses the sum once."""
+    with mirrored_strategy.scope():
+        var = tf.Variable([1.0, 2.0])
+        opt = tf_lossscale.LossScaleOptimizer(
+            keras.optimizers.SGD(0.25), initial_scale=4.0)
+
+    @tf.function
+    def step():
+        def replica():
+            ctx = tf.distribute.get_replica_context()
+            grad = tf.constant([4.0, 8.0])  # scaled by 4: [1, 2] unscaled
+            summed = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grad)
+            with tf.GradientTape():
+                opt.get_scaled_loss(tf.constant(0.0))
+            opt.apply_gradients([(summed, var)],
+                                experimental_aggregate_gradients=False)
+        mirrored_strategy.run(replica)
+
+    step()
+    # One sum of two replicas' [1, 2]: [2, 4]; SGD(0.25) moves by [0.5, 1].
+    for replica in mirrored_strategy.experimental_local_results(var):
+        np.testing.assert_array_equal(replica.numpy(), [0.5, 1.0])
+
+
+def test_loss_scale_keyword_gets_a_helpful_error():
+    with pytest.raises(ValueError, match="experimental.LossScaleOptimizer"):
+        tf_lossscale.LossScaleOptimizer(keras.optimizers.SGD(),
+                                        loss_scale="dynamic")

@@ -1,7 +1,7 @@
 """Saving the Keras 3 LossScaleOptimizer: `.keras` files and checkpoints."""
 
-import numpy as np
 import keras
+import numpy as np
 import tensorflow as tf
 
 import tf_lossscale

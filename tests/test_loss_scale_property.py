@@ -6,12 +6,12 @@ float32 cannot represent; every state after every step must equal the
 model's, bit for bit.
 """
 
+import _model
 import numpy as np
 import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import _model
 from tf_lossscale import DynamicLossScale
 from tf_lossscale.state_machine import next_state
 

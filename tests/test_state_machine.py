@@ -2,11 +2,11 @@
 
 import doctest
 
+import _model
 import numpy as np
 import pytest
 import tensorflow as tf
 
-import _model
 from tf_lossscale.state_machine import next_state
 
 F32_MAX = float(np.finfo(np.float32).max)

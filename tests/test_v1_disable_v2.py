@@ -26,20 +26,8 @@ CASES = sorted(
     node.name for node in ast.parse(SCRIPT.read_text()).body
     if isinstance(node, ast.FunctionDef) and node.name.startswith("case_"))
 
-SLOT_DEFECT = (
-    "defect: tf.compat.v1.train.Checkpoint of our "
-    "MixedPrecisionLossScaleOptimizer around an optimizer with slots "
-    "raises NotImplementedError 'A slot variable was re-used as a "
-    "dependency': the wrapper's get_slot_names/get_slot return the inner "
-    "optimizer's slots, so the checkpointer registers each slot twice "
-    "(TensorFlow's wrapper does not override them)")
-XFAIL = {
-    "case_fixed_scale_skips_a_nan_step": (
-        "defect: with a fixed loss scale the TF1 optimizer applies a NaN "
-        "step (FixedLossScale.update returns True and v1_optimizer branches "
-        "on it alone); API.md section 0 says it must be skipped"),
-    "case_object_checkpoint_with_slots_round_trips": SLOT_DEFECT,
-}
+# Cases waiting for a library fix: {case: the defect}. None is open.
+XFAIL: dict = {}
 
 
 @pytest.fixture(scope="module")

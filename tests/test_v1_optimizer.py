@@ -252,7 +252,8 @@ def test_embedding_gradients_stay_sparse_and_skip_on_nan():
     assert _bits(skipped) == _bits(applied)
 
 
-def test_fixed_loss_scale_applies_every_step_as_tensorflow_does():
+def test_fixed_loss_scale_skips_a_non_finite_step():
+    # A deliberate difference: TensorFlow's class applies it (w becomes -inf).
     with tf.Graph().as_default():
         w = _variable("w", 1.0)
         x = v1.placeholder(tf.float32, [])
@@ -266,7 +267,11 @@ def test_fixed_loss_scale_applies_every_step_as_tensorflow_does():
             assert sess.run([w, step]) == [0.5, 1]
             sess.run(train_op, {x: np.inf})
             w_value, step_value = sess.run([w, step])
-    assert np.isneginf(w_value) and step_value == 2
+            sess.run(train_op, {x: 0.5})
+            after = sess.run([w, step])
+    # Skipped: w and global_step (which counts applied steps) stay.
+    assert (w_value, step_value) == (0.5, 1)
+    assert after == [0.0, 2]
 
 
 def test_slots_and_variables_come_from_the_inner_optimizer():
@@ -280,8 +285,10 @@ def test_slots_and_variables_come_from_the_inner_optimizer():
             sess.run(train_op)
             w_value = sess.run(w)
         names = sorted(v.name for v in opt.variables())
-    assert opt.get_slot_names() == ["momentum"]
-    assert opt.get_slot(w, "momentum") is inner.get_slot(w, "momentum")
+    # As TensorFlow's wrapper: the slots are the inner optimizer's only.
+    assert opt.get_slot_names() == [] and inner.get_slot_names() == [
+        "momentum"]
+    assert opt.get_slot(w, "momentum") is None
     assert names == ["current_loss_scale:0", "good_steps:0", "w/Momentum:0"]
     np.testing.assert_array_equal(w_value, [0.0, 0.0])
     assert isinstance(opt, v1.train.Optimizer)

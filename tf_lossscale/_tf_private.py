@@ -8,6 +8,10 @@ base `Trackable` and overrides that protocol, exactly as TensorFlow does.
 The protocol is stable since TF 2.10 but has no public spelling.
 """
 
+import contextlib
+import threading
+from typing import Any, Dict, Iterator
+
 import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2 as _attr_value_pb2
 from tensorflow.python.platform import tf_logging as _tf_logging
@@ -19,6 +23,7 @@ __all__ = ["DelegatingTrackableMixin", "Trackable",
            "keras_check_variables_are_known", "keras_iterations_variable",
            "mark_wrapped_by_loss_scale_optimizer",
            "no_automatic_dependency_tracking",
+           "keras_gradients_already_summed",
            "run_cond_as_one_call", "strategy_supports_no_merge_call",
            "track_child", "tf_logging_warning"]
 
@@ -138,3 +143,34 @@ def run_cond_as_one_call(cond_output: tf.Tensor) -> bool:
             return False
         op = op.inputs[0].op
     return False
+
+
+_SUMMED_LOCK = threading.Lock()
+_SUMMED_DEPTH: Dict[int, int] = {}
+
+
+@contextlib.contextmanager
+def keras_gradients_already_summed(optimizer: Any) -> Iterator[None]:
+    """While tracing in it, a Keras 3 optimizer does not sum its gradients
+    across replicas.
+
+    For `apply_gradients(..., experimental_aggregate_gradients=False)`
+    (TF 2.4-2.15, used by code that all-reduces the gradients itself): Keras
+    3 always sums them in `_all_reduce_sum_gradients`, which has no public
+    switch, so a second sum would multiply them by the replica count. An
+    instance attribute shadows the method until the last replica thread
+    (MirroredStrategy traces each replica in a thread) leaves.
+    """
+    key = id(optimizer)
+    with _SUMMED_LOCK:
+        _SUMMED_DEPTH[key] = _SUMMED_DEPTH.get(key, 0) + 1
+        optimizer._all_reduce_sum_gradients = lambda grads_and_vars: list(
+            grads_and_vars)
+    try:
+        yield
+    finally:
+        with _SUMMED_LOCK:
+            _SUMMED_DEPTH[key] -= 1
+            if not _SUMMED_DEPTH[key]:
+                del _SUMMED_DEPTH[key]
+                del optimizer._all_reduce_sum_gradients

@@ -32,9 +32,8 @@ from typing import Any, Dict, Mapping, Optional
 
 import tensorflow as tf
 
-from tf_lossscale import _checks
+from tf_lossscale import _checks, state_machine
 from tf_lossscale import loss_scale as loss_scale_lib
-from tf_lossscale import state_machine
 
 __all__ = [
     "DYNAMIC_LOSS_SCALE_RENAMES",

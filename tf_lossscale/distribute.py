@@ -21,8 +21,7 @@ from typing import Any, Callable, List
 
 import tensorflow as tf
 
-from tf_lossscale import _tf_private
-from tf_lossscale import finite
+from tf_lossscale import _tf_private, finite
 
 __all__ = [
     "ReplicaContextError",

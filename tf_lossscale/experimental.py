@@ -15,9 +15,8 @@ from __future__ import annotations
 import warnings
 from typing import Any, ClassVar, Dict, Optional
 
-from tf_lossscale import config_conversion
+from tf_lossscale import config_conversion, state_machine
 from tf_lossscale import optimizer as optimizer_lib
-from tf_lossscale import state_machine
 
 __all__ = ["LossScaleOptimizer"]
 

@@ -48,8 +48,16 @@ Neither reads a value back to the host, and the check never retraces.
 
 from __future__ import annotations
 
-from typing import (Any, Callable, Dict, List, NamedTuple, Optional,
-                    Sequence, Tuple)
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    List,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Tuple,
+)
 
 import tensorflow as tf
 

@@ -23,10 +23,12 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 import keras
 import tensorflow as tf
 
-from tf_lossscale import _tf_private
-from tf_lossscale import config_conversion
-from tf_lossscale import distribute
-from tf_lossscale import experimental
+from tf_lossscale import (
+    _tf_private,
+    config_conversion,
+    distribute,
+    experimental,
+)
 from tf_lossscale import finite as finite_lib
 from tf_lossscale import optimizer as optimizer_lib
 from tf_lossscale import settings as settings_lib
@@ -35,6 +37,7 @@ from tf_lossscale.optimizer import InnerAttribute
 
 __all__ = [
     "HYPERPARAMETERS",
+    "UnbuiltApplyError",
     "KerasExperimentalLossScaleOptimizer",
     "KerasLossScaleOptimizer",
 ]
@@ -52,6 +55,14 @@ HYPERPARAMETERS = (
     "l2_shrinkage_regularization_strength", "learning_rate_power",
     "momentum", "nesterov", "rho", "use_ema", "weight_decay",
 )
+
+
+class UnbuiltApplyError(ValueError, TypeError):
+    """`apply(grads)` without variables on an optimizer that is not built.
+
+    A ValueError, as this package raises for bad input, and a TypeError, as
+    Keras 3 raises there.
+    """
 
 
 def _is_keras3_optimizer(inner_optimizer: Any) -> bool:
@@ -79,6 +90,13 @@ def _check_base_arguments(kwargs: Dict[str, Any]) -> None:
       ValueError: a base-optimizer argument away from its default, or an
         argument no optimizer takes.
     """
+    if "loss_scale" in kwargs:
+        raise ValueError(
+            "LossScaleOptimizer does not support `loss_scale` (TF 2.1-2.3's "
+            f"spelling); got loss_scale={kwargs['loss_scale']!r}. Use "
+            "tf_lossscale.experimental.LossScaleOptimizer(optimizer, "
+            "loss_scale), or spell it here: 'dynamic' is dynamic=True, a "
+            "number v is dynamic=False, initial_scale=v.")
     for name, default in config_conversion.KERAS_BASE_OPTIMIZER_DEFAULTS.items():
         if name in kwargs and kwargs.pop(name) != default:
             raise ValueError(
@@ -176,12 +194,13 @@ class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
         """Applies one step (or skips it); returns `iterations`.
 
         Whether the gradients are taken as scaled or as already unscaled is
-        `GradientMarks`' rule. `name` and `skip_gradients_aggregation` /
-        `experimental_aggregate_gradients` (TF 2.4-2.15's spellings) are
-        accepted; Keras 3 always sums gradients across replicas itself.
+        `GradientMarks`' rule. `skip_gradients_aggregation=True` /
+        `experimental_aggregate_gradients=False` (TF 2.4-2.15's spellings)
+        say the gradients are already summed across replicas, as there.
         """
-        del name, skip_gradients_aggregation
-        kwargs.pop("experimental_aggregate_gradients", None)
+        del name
+        aggregate = (not skip_gradients_aggregation
+                     and kwargs.pop("experimental_aggregate_gradients", True))
         if kwargs:
             raise TypeError(
                 f"apply_gradients() got unexpected arguments {sorted(kwargs)};"
@@ -192,7 +211,12 @@ class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
             self._marks.take([])
             return self.iterations
         grads, variables = zip(*pairs)
-        self.apply(list(grads), list(variables))
+        if aggregate:
+            self.apply(list(grads), list(variables))
+        else:
+            with _tf_private.keras_gradients_already_summed(
+                    self.inner_optimizer):
+                self.apply(list(grads), list(variables))
         return self.iterations
 
     @tf.autograph.experimental.do_not_convert
@@ -227,7 +251,7 @@ class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
         distribute.require_replica_context("apply()")
         if trainable_variables is None:
             if not self.built:
-                raise ValueError(
+                raise UnbuiltApplyError(
                     "apply() got gradients without variables, but the "
                     "optimizer is not built: pass trainable_variables or "
                     "call optimizer.build(variables) first.")

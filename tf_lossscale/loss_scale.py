@@ -24,10 +24,7 @@ from typing import Any, Dict, Optional, Tuple, Union
 
 import tensorflow as tf
 
-from tf_lossscale import _checks
-from tf_lossscale import distribute
-from tf_lossscale import state_machine
-from tf_lossscale import step
+from tf_lossscale import _checks, distribute, state_machine, step
 from tf_lossscale._tf_private import Trackable
 
 __all__ = [
@@ -257,7 +254,10 @@ class DynamicLossScale(LossScale):
     def __repr__(self) -> str:
         config = ", ".join(f"{k}={v}" for k, v in self.get_config().items())
         if tf.executing_eagerly():
-            return (f"DynamicLossScale(current_loss_scale={self().numpy()}, "
+            # str() as TensorFlow's '%s': a float32 prints as 0.275, where
+            # format() would widen it to 0.2750000059604645.
+            return (f"DynamicLossScale(current_loss_scale="
+                    f"{str(self().numpy())}, "
                     f"num_good_steps={self.good_steps.numpy()}, {config})")
         return f"DynamicLossScale({config})"
 

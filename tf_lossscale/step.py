@@ -20,9 +20,8 @@ from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
-from tf_lossscale import distribute
+from tf_lossscale import distribute, state_machine
 from tf_lossscale import finite as finite_lib
-from tf_lossscale import state_machine
 
 __all__ = ["ScaleVariables", "advance", "loss_scaled_step"]
 

@@ -22,8 +22,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
 import tensorflow as tf
 
-from tf_lossscale import _checks
-from tf_lossscale import distribute
+from tf_lossscale import _checks, distribute
 from tf_lossscale import finite as finite_lib
 from tf_lossscale import loss_scale as loss_scale_lib
 
@@ -209,13 +208,9 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
         return self.apply_gradients(
             grads_and_vars, global_step=global_step, name=name)
 
-    def get_slot(self, var: tf.Variable, name: str) -> Optional[tf.Variable]:
-        """The inner optimizer's slot `name` for `var`."""
-        return self._optimizer.get_slot(var, name)
-
-    def get_slot_names(self) -> List[str]:
-        """The inner optimizer's slot names."""
-        return self._optimizer.get_slot_names()
+    # get_slot / get_slot_names are the base class's, as in TensorFlow's
+    # wrapper: the slots are the inner optimizer's (`inner_optimizer.
+    # get_slot`). Reporting them here too made a checkpoint hold each twice.
 
     def variables(self) -> List[tf.Variable]:
         """The inner optimizer's variables, then the loss scale's.
@@ -240,8 +235,12 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
         reduces its finiteness verdict over all replicas.
         """
         name = name or self.get_name()
-        update_op, should_apply = self._loss_scale.update(
-            [g for g, _ in grads_and_vars])
+        grads = [g for g, _ in grads_and_vars]
+        update_op, should_apply = self._loss_scale.update(grads)
+        if should_apply is True:
+            # A fixed scale says "apply" whatever the gradients; a step with
+            # a NaN or Inf is skipped all the same (API.md section 0).
+            should_apply = distribute.cross_replica_all_finite(grads)
 
         def apply_fn() -> tf.Operation:
             per_replica = strategy.extended.call_for_each_replica(
