@@ -74,20 +74,10 @@ def test_tf_keras_own_wrapper_is_what_the_defect_tests_say(observed):
     }
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "defect: the tf_keras flavour's apply_gradients returns `iterations` "
-    "(a tf.Variable eagerly, a tensor inside tf.function); tf_keras' "
-    "LossScaleOptimizer(V3).apply_gradients returns None, and API.md "
-    "section 0 binds return values and their types"))
 def test_apply_gradients_returns_none_as_tf_keras_does(observed):
     assert observed["ours"]["apply_gradients_eager"] == "NoneType"
     assert observed["ours"]["apply_gradients_traced_is_none"]
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "defect: the tf_keras flavour's dynamic_counter is a tensor "
-    "(optimizer.LossScaleOptimizer.dynamic_counter converts the good_steps "
-    "variable); tf_keras' returns the variable itself, so "
-    "`opt.dynamic_counter.assign(0)` works there and not on ours"))
 def test_dynamic_counter_is_a_variable_as_on_tf_keras(observed):
     assert observed["ours"]["dynamic_counter_is_variable"]

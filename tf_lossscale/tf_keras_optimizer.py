@@ -381,8 +381,8 @@ class TfKerasLossScaleOptimizer(ScalingWarnings,
     def apply_gradients(self, grads_and_vars: Iterable[Tuple[Any, Any]],
                         name: Optional[str] = None,
                         skip_gradients_aggregation: bool = False,
-                        **kwargs: Any) -> tf.Variable:
-        """Applies one step (or skips it); returns `iterations`.
+                        **kwargs: Any) -> None:
+        """Applies one step (or skips it); returns None, as tf_keras' does.
 
         The gradients are summed across replicas first (unless
         `skip_gradients_aggregation`), as tf_keras does. Whether they are
@@ -407,7 +407,7 @@ class TfKerasLossScaleOptimizer(ScalingWarnings,
         pairs = checked_pairs(grads_and_vars)
         if not pairs:
             self._marks.take([])
-            return self.iterations
+            return None
         already_unscaled = self._already_unscaled([g for g, _ in pairs])
         with tf.init_scope():
             # Slots exist before the first step, applied or skipped.
@@ -417,7 +417,13 @@ class TfKerasLossScaleOptimizer(ScalingWarnings,
         grads, variables = [g for g, _ in pairs], [v for _, v in pairs]
         with tf.name_scope(name or self.name):
             self._step(grads, variables, already_unscaled)
-        return self.iterations
+        return None
+
+    @property
+    def dynamic_counter(self) -> Optional[tf.Variable]:
+        """The good-steps variable itself (None if not dynamic), as tf_keras'
+        wrapper returns it: `opt.dynamic_counter.assign(0)` works."""
+        return self._scale_variables.good_steps if self.dynamic else None
 
     # The parts `optimizer_lib.LossScaleOptimizer._step` is handed.
 
