@@ -16,6 +16,7 @@ import importlib.util
 import sys
 
 import keras
+import pytest
 
 import tf_lossscale
 
@@ -24,7 +25,14 @@ _PRIVATE_NAME = "_keras3_loss_scale_optimizer_test_on_tf_lossscale"
 
 
 def _load_keras_suite():
-    origin = importlib.util.find_spec(KERAS_TEST_MODULE).origin
+    spec = importlib.util.find_spec(KERAS_TEST_MODULE)
+    if spec is None:
+        # Of the Keras releases we support, only 3.15.1 ships its test files
+        # in the wheel (3.9.2-3.15.0 do not): the newest CI row runs them.
+        pytest.skip(f"keras {keras.__version__} ships no {KERAS_TEST_MODULE}"
+                    "; CI's newest row (keras 3.15.1) runs it",
+                    allow_module_level=True)
+    origin = spec.origin
     spec = importlib.util.spec_from_file_location(_PRIVATE_NAME, origin)
     module = importlib.util.module_from_spec(spec)
     sys.modules[_PRIVATE_NAME] = module
