@@ -99,7 +99,7 @@ def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
     bench = commands.add_parser(
         "bench", help="benchmark against Keras' own LossScaleOptimizer")
     bench.add_argument("--quick", action="store_true",
-                       help="a shorter run (under 100 s)")
+                       help="a shorter run (about 3 minutes on two cores)")
     bench.add_argument("--json", default=None, metavar="PATH",
                        help="also write the results as JSON to PATH")
     bench.set_defaults(run=_bench)
