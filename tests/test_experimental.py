@@ -9,6 +9,7 @@ import tensorflow as tf
 
 import tf_lossscale
 from tf_lossscale import experimental
+from tf_lossscale.keras_optimizer import KerasLossScaleOptimizer
 
 # TensorFlow's own loss scales log a deprecation notice when created.
 tf.get_logger().setLevel("ERROR")
@@ -157,10 +158,14 @@ def test_it_trains_as_the_current_optimizer():
 
 
 @pytest.mark.parametrize("loss_scale", ["dynamic", 16.0])
-def test_serialization_round_trip_keeps_the_experimental_class(loss_scale):
+def test_deserializing_gives_the_current_class_as_tf_2_4_did(loss_scale):
+    # TF 2.4 and tf_keras deserialize an experimental optimizer's config
+    # ("LossScaleOptimizerV1") as the non-experimental class.
     opt = _experimental(keras.optimizers.SGD(), loss_scale)
     config = keras.optimizers.serialize(opt)
-    with pytest.warns(DeprecationWarning):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
         restored = keras.optimizers.deserialize(config)
-    assert type(restored) is type(opt)
+    assert type(restored) is KerasLossScaleOptimizer
+    assert not isinstance(restored, tf_lossscale.experimental.LossScaleOptimizer)
     assert restored.get_config() == opt.get_config()

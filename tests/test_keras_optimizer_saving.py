@@ -1,7 +1,10 @@
 """Saving the Keras 3 LossScaleOptimizer: `.keras` files and checkpoints."""
 
+import warnings
+
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 
 import tf_lossscale
@@ -134,3 +137,24 @@ def test_checkpoint_of_ours_restores_into_keras_own_optimizer(tmp_path):
     assert (float(theirs.dynamic_scale.numpy()),
             int(theirs.step_counter.numpy())) == (32.0, 0)
     assert int(theirs.iterations.numpy()) == 2
+
+
+def test_a_saved_experimental_optimizer_loads_as_the_current_class(tmp_path):
+    # TF 2.4 and tf_keras load an experimental optimizer's config as the
+    # non-experimental class; so does ours, with no deprecation on load.
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    with pytest.warns(DeprecationWarning):
+        opt = tf_lossscale.experimental.LossScaleOptimizer(
+            keras.optimizers.SGD(0.5), 64)
+    model.compile(optimizer=opt, loss="mse")
+    model.fit(np.ones((4, 2), "float32"), np.ones((4, 1), "float32"),
+              verbose=0)
+    path = str(tmp_path / "model.keras")
+    model.save(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        loaded = keras.models.load_model(path).optimizer
+    assert type(loaded) is KerasLossScaleOptimizer
+    assert loaded.get_config() == opt.get_config()
+    assert (loaded.dynamic, float(loaded.loss_scale), int(loaded.iterations)
+            ) == (False, 64.0, 1)

@@ -13,12 +13,12 @@ arguments. Use `tf_lossscale.LossScaleOptimizer` in new code.
 from __future__ import annotations
 
 import warnings
-from typing import Any, ClassVar, Dict, Optional
+from typing import Any, ClassVar, Dict, Optional, Tuple
 
 from tf_lossscale import config_conversion, state_machine
 from tf_lossscale import optimizer as optimizer_lib
 
-__all__ = ["LossScaleOptimizer"]
+__all__ = ["LossScaleOptimizer", "register_serializable"]
 
 
 class LossScaleOptimizer(optimizer_lib.LossScaleOptimizer):
@@ -57,6 +57,21 @@ class LossScaleOptimizer(optimizer_lib.LossScaleOptimizer):
             args.pop("dynamic"), args.pop("initial_scale"),
             args.pop("dynamic_growth_steps", None))
         return cls(inner_optimizer, loss_scale, **args)
+
+
+def register_serializable(saving: Any, current: type, twin: type,
+                          names: Tuple[str, str]) -> None:
+    """Registers a flavour and its deprecated twin with a Keras' `saving`.
+
+    Each saves under its own name (`names`: the current's, the twin's), and
+    the twin's name loads as the current flavour: TF 2.4 and tf_keras load
+    a saved experimental optimizer ("LossScaleOptimizerV1") as the
+    non-experimental class, so a loaded model warns of no deprecation.
+    `twin.from_config` itself still builds the twin, as TF 2.4's did.
+    """
+    saving.register_keras_serializable("tf_lossscale", names[0])(current)
+    saving.register_keras_serializable("tf_lossscale", names[1])(twin)
+    saving.get_custom_objects()[saving.get_registered_name(twin)] = current
 
 
 def _replacement_message(args: Dict[str, Any]) -> str:

@@ -352,13 +352,14 @@ for _name in HYPERPARAMETERS:
     setattr(KerasLossScaleOptimizer, _name, InnerAttribute(_name))
 del _name
 
-keras.saving.register_keras_serializable(
-    package="tf_lossscale", name="LossScaleOptimizer")(KerasLossScaleOptimizer)
 
-
-@keras.saving.register_keras_serializable(
-    package="tf_lossscale", name="ExperimentalLossScaleOptimizer")
 class KerasExperimentalLossScaleOptimizer(experimental.LossScaleOptimizer,
                                           KerasLossScaleOptimizer,
                                           wraps=_is_keras3_optimizer):
     """The deprecated optimizer wrapping a Keras 3 optimizer."""
+
+
+experimental.register_serializable(
+    keras.saving, KerasLossScaleOptimizer,
+    KerasExperimentalLossScaleOptimizer,
+    ("LossScaleOptimizer", "ExperimentalLossScaleOptimizer"))

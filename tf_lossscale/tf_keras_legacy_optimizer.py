@@ -449,17 +449,16 @@ for _name in ATTRIBUTES:
 del _name
 
 
-tf_keras.saving.register_keras_serializable(
-    package="tf_lossscale", name="LegacyLossScaleOptimizer")(
-        TfKerasLegacyLossScaleOptimizer)
-
-
-@tf_keras.saving.register_keras_serializable(
-    package="tf_lossscale", name="LegacyExperimentalLossScaleOptimizer")
 class TfKerasLegacyExperimentalLossScaleOptimizer(
         experimental.LossScaleOptimizer, TfKerasLegacyLossScaleOptimizer,
         wraps=_is_legacy_optimizer):
     """The deprecated optimizer wrapping a tf_keras legacy optimizer."""
+
+
+experimental.register_serializable(
+    tf_keras.saving, TfKerasLegacyLossScaleOptimizer,
+    TfKerasLegacyExperimentalLossScaleOptimizer,
+    ("LegacyLossScaleOptimizer", "LegacyExperimentalLossScaleOptimizer"))
 
 
 def _register_for_conversion() -> None:

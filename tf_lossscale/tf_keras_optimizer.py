@@ -463,16 +463,16 @@ for _name in HYPERPARAMETERS:
 del _name
 
 
-tf_keras.saving.register_keras_serializable(
-    package="tf_lossscale", name="LossScaleOptimizer")(TfKerasLossScaleOptimizer)
-
-
-@tf_keras.saving.register_keras_serializable(
-    package="tf_lossscale", name="ExperimentalLossScaleOptimizer")
 class TfKerasExperimentalLossScaleOptimizer(experimental.LossScaleOptimizer,
                                             TfKerasLossScaleOptimizer,
                                             wraps=_is_tf_keras_optimizer):
     """The deprecated optimizer wrapping a tf_keras optimizer."""
+
+
+experimental.register_serializable(
+    tf_keras.saving, TfKerasLossScaleOptimizer,
+    TfKerasExperimentalLossScaleOptimizer,
+    ("LossScaleOptimizer", "ExperimentalLossScaleOptimizer"))
 
 
 def track_loss_scale_state(inner_optimizer: Any,

@@ -3,6 +3,8 @@
 Runs under TF_USE_LEGACY_KERAS=1 (see tests/test_tf_keras_optimizer.py).
 """
 
+import warnings
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -132,3 +134,28 @@ def test_saved_model_keeps_the_config_and_the_state_in_its_variables(
     loaded.optimizer.build(loaded.trainable_variables)
     assert _optimizer_state(loaded.optimizer) == _optimizer_state(
         model.optimizer)
+
+
+@pytest.mark.parametrize("family", ["current", "legacy"])
+def test_a_deserialized_experimental_optimizer_is_the_current_class(family):
+    """As tf_keras deserializes "LossScaleOptimizerV1" (and TF 2.4 did)."""
+    optimizers = {"current": tf_keras.optimizers,
+                  "legacy": tf_keras.optimizers.legacy}[family]
+    with pytest.warns(DeprecationWarning):
+        old = tf_lossscale.experimental.LossScaleOptimizer(
+            optimizers.SGD(2.0, momentum=0.5),
+            tf_lossscale.DynamicLossScale(2.0, 3))
+    current = type(OURS(optimizers.SGD()))
+    config = tf_keras.optimizers.serialize(old)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        restored = tf_keras.optimizers.deserialize(config)
+    assert type(restored) is current
+    assert restored.get_config() == old.get_config()
+    assert (restored.dynamic, restored.initial_scale,
+            restored.dynamic_growth_steps) == (True, 2.0, 3)
+    # The class's own from_config still builds the experimental class, as
+    # TF 2.4's LossScaleOptimizerV1.from_config did.
+    with pytest.warns(DeprecationWarning):
+        again = type(old).from_config(old.get_config())
+    assert type(again) is type(old)
