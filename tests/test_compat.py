@@ -363,6 +363,19 @@ def test_experimental_loss_scale_reads_live_inside_tf_function(shim):
     assert "current_loss_scale=4.0, num_good_steps=0" in repr(opt.loss_scale)
 
 
+def test_experimental_loss_scale_has_tf_private_variable_names(shim):
+    # TF 2.3 code read `optimizer.loss_scale._current_loss_scale`.
+    opt = _experimental(tf_lossscale.DynamicLossScale(4.0, 3))
+    var = tf.Variable(1.0)
+    opt.apply_gradients([(tf.constant(4.0), var)])
+    assert (float(opt.loss_scale._current_loss_scale),
+            int(opt.loss_scale._num_good_steps)) == (4.0, 1)
+    opt.loss_scale._current_loss_scale.assign(16.0)
+    assert float(opt.loss_scale()) == 16.0
+    with pytest.raises(AttributeError, match="FixedLossScale.*no attribute"):
+        _ = _experimental(8).loss_scale._current_loss_scale
+
+
 def test_experimental_loss_scale_is_a_tensor_again_after_uninstall():
     compat.install()
     opt = _experimental(8)

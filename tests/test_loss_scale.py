@@ -388,3 +388,21 @@ def test_eager_repr_is_tensorflows():
     assert repr(ours) == repr(theirs)
     assert repr(FixedLossScale(3)) == repr(
         tf.compat.v1.mixed_precision.FixedLossScale(3))
+
+
+@pytest.mark.parametrize("cls", [
+    DynamicLossScale, tf.compat.v1.mixed_precision.DynamicLossScale],
+    ids=["ours", "tensorflow"])
+def test_tensorflow_private_variable_names_read_and_assign(cls):
+    # Legacy code reads `loss_scale._current_loss_scale` and
+    # `_num_good_steps`, and TF's tests assign the first; both classes agree.
+    tf.get_logger().setLevel("ERROR")
+    loss_scale = cls(initial_loss_scale=4, increment_period=3)
+    loss_scale._current_loss_scale.assign(2)
+    assert float(loss_scale()) == 2.0
+    loss_scale.update([tf.constant([1.0])])
+    assert int(loss_scale._num_good_steps) == 1
+    assert float(loss_scale._current_loss_scale) == 2.0
+    loss_scale.update([tf.constant([NAN])])
+    assert (int(loss_scale._num_good_steps),
+            float(loss_scale._current_loss_scale)) == (0, 1.0)

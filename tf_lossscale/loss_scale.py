@@ -213,6 +213,16 @@ class DynamicLossScale(LossScale):
         """Consecutive finite steps since the scale last changed (int64)."""
         return tf.convert_to_tensor(self._weight("good_steps"))
 
+    # TensorFlow's own names for the two variables. They are private there,
+    # yet legacy code reads and assigns them (`ls._current_loss_scale`).
+    @property
+    def _current_loss_scale(self) -> tf.Variable:
+        return self._weight("current_loss_scale")
+
+    @property
+    def _num_good_steps(self) -> tf.Variable:
+        return self._weight("good_steps")
+
     def __call__(self) -> tf.Tensor:
         return tf.convert_to_tensor(self._weight("current_loss_scale"))
 

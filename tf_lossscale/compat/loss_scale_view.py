@@ -58,6 +58,23 @@ class LossScaleView:
     def multiplier(self) -> float:
         return 2.0
 
+    # TF 2.1-2.3's private names of DynamicLossScale's variables, which
+    # legacy code reads (`optimizer.loss_scale._current_loss_scale`).
+    @property
+    def _current_loss_scale(self) -> tf.Variable:
+        return self._dynamic_variable("_current_loss_scale").scale
+
+    @property
+    def _num_good_steps(self) -> tf.Variable:
+        return self._dynamic_variable("_num_good_steps").good_steps
+
+    def _dynamic_variable(self, name: str) -> Any:
+        if not self._optimizer.dynamic:
+            raise AttributeError(
+                f"'FixedLossScale' object has no attribute {name!r}: a fixed "
+                "loss scale has no variables.")
+        return self._optimizer._scale_variables
+
     def get_config(self) -> Dict[str, Any]:
         """The config of the `LossScale` TF 2.1-2.3 would have held."""
         if not self._optimizer.dynamic:
