@@ -316,7 +316,7 @@ def run_and_check(flavour: Flavour, mode: str, strategy: Any,
 BAD_KNOBS: List[Tuple[str, Any]] = [
     ("min_scale", 0), ("min_scale", -1.0), ("min_scale", float("nan")),
     ("min_scale", float("inf")), ("min_scale", "1"), ("min_scale", True),
-    ("min_scale", 1e-40),  # Subnormal: TensorFlow would flush it to 0.
+    ("min_scale", 1e-46),  # 0 as a float32.
     ("max_scale", 0.5),  # Below the default min_scale of 1.
     ("max_scale", float("inf")), ("max_scale", 1e39), ("max_scale", "big"),
     ("growth_factor", 1), ("growth_factor", 0.5), ("growth_factor", None),
@@ -430,6 +430,22 @@ def test_scale_goes_below_one_with_min_scale_below_one(mode,
         KERAS3, mode, mirrored_strategy, [False] * 6 + [True],
         initial_scale=1.0, min_scale=1 / 16, dynamic_growth_steps=100)
     assert scales == [0.5, 0.25, 0.125, 0.0625, 0.0625, 0.0625, 0.0625]
+
+
+def test_a_subnormal_min_scale_floors_at_the_smallest_normal_float32(
+        mode, mirrored_strategy):
+    # TensorFlow flushes subnormal float32s to zero: a floor of 1e-40 itself
+    # would let the scale reach 0 and stay there.
+    _, opt, step = build(KERAS3, mode, mirrored_strategy,
+                         initial_scale=2.0**-125,
+                         dynamic_growth_steps=1, min_scale=1e-40)
+    assert opt.min_scale == 1e-40
+    assert opt.get_config()["min_scale"] == 1e-40
+    scales = []
+    for flag in [False, False, False, True, True]:
+        step(flag)
+        scales.append(float(opt.loss_scale))
+    assert scales == [2.0**-126, 2.0**-126, 2.0**-126, 2.0**-125, 2.0**-124]
 
 
 def test_max_scale_caps_growth(mode, mirrored_strategy):

@@ -359,9 +359,9 @@ class LossScaleOptimizer:
         when dynamic; the fixed scale, a number >= 1 and required, when not.
       dynamic_growth_steps: an int >= 1, default 2000, when dynamic; must
         be None when not.
-      min_scale: the floor of a dynamic scale, a number >= 2**-126 (the
-        smallest normal float32: TensorFlow flushes smaller ones to 0, and
-        a scale of 0 never grows back); default 1.
+      min_scale: the floor of a dynamic scale, any finite number > 0;
+        default 1. Below 2**-126 the scale floors at 2**-126 (TensorFlow
+        flushes subnormal float32s to 0, and 0 would never grow back).
       max_scale: a growth happens only if its result is <= this (default:
         the largest float32).
       growth_factor: the growth multiplier, > 1 (default 2).

@@ -20,7 +20,11 @@ from tf_lossscale import _checks, state_machine
 __all__ = [
     "KNOB_DEFAULTS", "SMALLEST_NORMAL_FLOAT32", "Settings", "check_settings"]
 
-# The least `min_scale`: 2**-126, the smallest normal float32.
+# The least floor the rule applies: 2**-126, the smallest normal float32.
+# TensorFlow flushes subnormal float32s to zero (on CPU and GPU), so a
+# floor below it would let the scale reach 0, where it would stay (0 grows
+# to 0). A smaller `min_scale` is accepted and kept in the config; the rule
+# floors at this value instead, which is still >= `min_scale`.
 SMALLEST_NORMAL_FLOAT32 = float(np.finfo(np.float32).tiny)
 
 # Keyword-only knobs and their defaults; at these values the rule is
@@ -53,7 +57,8 @@ class Settings:
             period=self.dynamic_growth_steps or 1,
             growth_factor=self.growth_factor,
             backoff_factor=self.backoff_factor,
-            min_scale=self.min_scale, max_scale=self.max_scale,
+            min_scale=max(self.min_scale, SMALLEST_NORMAL_FLOAT32),
+            max_scale=self.max_scale,
             hysteresis=self.hysteresis)
 
     def knobs(self) -> Dict[str, Any]:
@@ -77,11 +82,8 @@ def _check_knobs(knobs: Dict[str, Any], initial_scale: float
                  ) -> Dict[str, Any]:
     """Checks the knobs of a dynamic scale; raises ValueError naming one."""
     checked = dict(KNOB_DEFAULTS)
-    # TensorFlow flushes subnormal float32s to zero on CPU: a floor below
-    # the smallest normal float32 could let the scale reach 0, where it
-    # would stay (0 grows to 0).
     checked["min_scale"] = _checks.check_real(
-        "min_scale", knobs["min_scale"], minimum=SMALLEST_NORMAL_FLOAT32)
+        "min_scale", knobs["min_scale"], minimum=0.0, inclusive=False)
     if knobs["max_scale"] is not None:
         checked["max_scale"] = _checks.check_real(
             "max_scale", knobs["max_scale"], minimum=checked["min_scale"])
