@@ -4,6 +4,8 @@ Runs under TF_USE_LEGACY_KERAS=1 (see tests/test_tf_keras_optimizer.py);
 tests/conftest.py makes the two CPUs and the one strategy of the process.
 """
 
+import warnings
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -114,3 +116,185 @@ def test_fit_under_mirrored_strategy_with_mixed_float16(mirrored_strategy,
     kernel = _replicas(model.layers[0].kernel)
     np.testing.assert_array_equal(kernel[0], kernel[1])
     assert np.isfinite(kernel[0]).all()
+
+
+# Behaviours tf_keras' own test file checks on both optimizer families
+# under MirroredStrategy, on ours and on tf_keras' wrapper side by side.
+
+THEIRS = tf_keras.mixed_precision.LossScaleOptimizer
+FAMILIES = {"current": tf_keras.optimizers, "legacy": tf_keras.optimizers.legacy}
+MODES = ["eager", "function"]
+
+
+def _run_in_replicas(strategy, mode, fn):
+    """`fn(*args)` in every replica, eagerly or inside a tf.function; the
+    replica function returns nothing (ours and tf_keras' return ops)."""
+    def run(*args):
+        strategy.run(lambda *a: fn(*a) and None, args=args)
+    return tf.function(run) if mode == "function" else run
+
+
+def _identity_checking_its_gradient(expected, calls):
+    """The identity, whose backward pass asserts the gradient it receives
+    (and appends to `calls` each time it runs or is traced)."""
+    @tf.custom_gradient
+    def identity(x):
+        def grad(upstream):
+            calls.append(1)
+            check = tf.debugging.assert_equal(
+                upstream, tf.fill(tf.shape(upstream),
+                                  tf.cast(expected, upstream.dtype)),
+                message="the gradient reaching the loss")
+            with tf.control_dependencies([check]):
+                return tf.identity(upstream)
+        return tf.identity(x), grad
+    return identity
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_minimize_scales_the_loss_skips_and_counts_as_tf_keras(
+        mirrored_strategy, family, mode):
+    strategy, sgd = mirrored_strategy, FAMILIES[family].SGD
+    replicas = strategy.num_replicas_in_sync
+    traces = []
+    for make in (tf_lossscale.LossScaleOptimizer, THEIRS):
+        with strategy.scope():
+            fixed_var = tf.Variable([5.0])
+            fixed = make(sgd(2.0), dynamic=False, initial_scale=10.0)
+            var = tf.Variable([1.0, 2.0])
+            dynamic = make(sgd(1.0), initial_scale=2, dynamic_growth_steps=1)
+        calls = []
+        check = _identity_checking_its_gradient(10.0 / replicas, calls)
+        _run_in_replicas(
+            strategy, mode, lambda opt=fixed, v=fixed_var, check=check:
+            opt.minimize(lambda: check(v) / replicas, [v]))()
+        assert calls  # The gradient reaching the loss was checked.
+        trace = [(_replicas(fixed_var), float(fixed.loss_scale),
+                  [int(i) for i in _replicas(fixed.iterations)])]
+        step = _run_in_replicas(
+            strategy, mode, lambda f, opt=dynamic, v=var: opt.minimize(
+                lambda: v * f / replicas, [v]))
+        for factor in (2.0, np.nan):
+            step(tf.constant(factor))
+            trace.append((_replicas(var), float(dynamic.loss_scale),
+                          [int(i) for i in _replicas(dynamic.iterations)]))
+        traces.append([[np.asarray(x).tolist() if isinstance(x, list) else x
+                        for x in t] for t in trace])
+    assert traces[0] == traces[1]
+    # Unscaled gradient 1 (summed over the replicas) times the rate 2; then
+    # the summed gradient 2: applied, scale doubled; then NaN: skipped.
+    assert traces[0] == [
+        [[[3.0], [3.0]], 10.0, [1, 1]],
+        [[[-1.0, 0.0], [-1.0, 0.0]], 4.0, [1, 1]],
+        [[[-1.0, 0.0], [-1.0, 0.0]], 2.0, [2, 2]]]
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_the_inner_apply_gradients_gets_plain_tensors_as_with_tf_keras(
+        mirrored_strategy, family, mode):
+    """An inner optimizer that overrides apply_gradients sees tensors, not
+    PerReplica values, and is the one that applies the step."""
+    seen = []
+    if family == "legacy":
+        class Recording(tf_keras.optimizers.legacy.SGD):
+            def apply_gradients(self, grads_and_vars, name=None,
+                                experimental_aggregate_gradients=True):
+                grads_and_vars = list(grads_and_vars)
+                seen.append([type(g) for g, _ in grads_and_vars])
+                return super().apply_gradients(
+                    grads_and_vars, name, experimental_aggregate_gradients)
+    else:
+        class Recording(tf_keras.optimizers.SGD):
+            def apply_gradients(self, grads_and_vars, name=None,
+                                skip_gradients_aggregation=False, **kwargs):
+                grads_and_vars = list(grads_and_vars)
+                seen.append([type(g) for g, _ in grads_and_vars])
+                return super().apply_gradients(
+                    grads_and_vars, name=name,
+                    skip_gradients_aggregation=skip_gradients_aggregation,
+                    **kwargs)
+
+    results = []
+    for make in (tf_lossscale.LossScaleOptimizer, THEIRS):
+        seen.clear()
+        with mirrored_strategy.scope():
+            var = tf.Variable([5.0])
+            opt = make(Recording(learning_rate=1.0), dynamic=False,
+                       initial_scale=1)
+        _run_in_replicas(mirrored_strategy, mode, lambda opt=opt, var=var:
+                         opt.minimize(lambda: var * 2.0, [var]))()
+        assert seen and all(
+            issubclass(t, tf.Tensor) for types in seen for t in types), seen
+        results.append((len(seen), _replicas(var)))
+    assert results[0][0] == results[1][0]
+    # The gradient 2 of each replica, summed: 5 - 1 * 4.
+    assert [np.asarray(r).tolist() for r in results[0][1]] == [[1.0]] * 2
+    assert [np.asarray(r).tolist() for r in results[1][1]] == [[1.0]] * 2
+
+
+def _experimental(inner, loss_scale):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return tf_lossscale.experimental.LossScaleOptimizer(inner, loss_scale)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_the_experimental_class_under_mirrored_strategy(mirrored_strategy,
+                                                        family):
+    """TF 2.4's tests of its experimental optimizer, on tf_keras' families."""
+    strategy, sgd = mirrored_strategy, FAMILIES[family].SGD
+    replicas = strategy.num_replicas_in_sync
+
+    def counters(opt):
+        """The counter's value on each replica (one value if it is read as
+        a tensor)."""
+        return {int(c) for c in strategy.experimental_local_results(
+            opt.dynamic_counter)}
+
+    def checked_step(opt, var, expected):
+        calls = []
+        check = _identity_checking_its_gradient(expected, calls)
+        _run_in_replicas(strategy, "function", lambda: opt.minimize(
+            lambda: check(var) / replicas, [var]))()
+        assert calls
+
+    # A number: a fixed scale.
+    with strategy.scope():
+        var = tf.Variable([5.0])
+        opt = _experimental(sgd(2.0), 2)
+    assert isinstance(opt.loss_scale, tf.Tensor)
+    assert (float(opt.loss_scale), opt.initial_scale,
+            opt.dynamic_growth_steps) == (2.0, 2.0, None)
+    checked_step(opt, var, 2.0 / replicas)
+    assert [v.numpy().tolist() for v in var.values] == [[3.0]] * 2
+
+    # "dynamic": TensorFlow's defaults; a NaN step halves the scale.
+    with strategy.scope():
+        var = tf.Variable([5.0])
+        opt = _experimental(sgd(2.0), "dynamic")
+    assert (opt.initial_scale, opt.dynamic_growth_steps,
+            float(opt.loss_scale)) == (2.0**15, 2000, 2.0**15)
+    assert counters(opt) == {0}
+    _run_in_replicas(strategy, "function", lambda: opt.minimize(
+        lambda: var * np.nan, [var]))()
+    assert [v.numpy().tolist() for v in var.values] == [[5.0]] * 2
+    assert float(opt.loss_scale) == 2.0**14 and counters(opt) == {0}
+
+    # A DynamicLossScale: its settings, not its current value.
+    loss_scale = tf_lossscale.DynamicLossScale(
+        initial_loss_scale=4, increment_period=1, multiplier=2)
+    loss_scale._current_loss_scale.assign(2)
+    with strategy.scope():
+        var = tf.Variable([5.0])
+        opt = _experimental(sgd(2.0), loss_scale)
+    assert (opt.initial_scale, opt.dynamic_growth_steps,
+            float(opt.loss_scale)) == (4.0, 1, 4.0)
+    assert counters(opt) == {0}
+    checked_step(opt, var, 4.0 / replicas)
+    assert [v.numpy().tolist() for v in var.values] == [[3.0]] * 2
+    assert float(opt.loss_scale) == 8.0

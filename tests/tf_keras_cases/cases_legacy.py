@@ -587,6 +587,103 @@ def test_get_gradients_in_a_tf1_graph_unscales():
     assert ours[0] == theirs[0]  # A tensor.
 
 
+
+def test_get_gradients_in_a_tf1_graph_scales_the_loss_as_tf_keras():
+    """The gradient reaching the loss is the (fixed) scale; the result is
+    unscaled."""
+    results = []
+    for make in (OURS, THEIRS):
+        with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
+            var = tf.Variable([2.0])
+            opt = make(LEGACY.SGD(1.0), dynamic=False, initial_scale=10.0)
+            seen = []
+
+            @tf.custom_gradient
+            def identity(x, seen=seen):
+                def grad(upstream):
+                    seen.append(upstream)
+                    return upstream
+                return tf.identity(x), grad
+
+            (unscaled,) = opt.get_gradients(identity(var) * 3.0, [var])
+            sess.run(tf.compat.v1.global_variables_initializer())
+            results.append(sess.run([seen[0], unscaled]))
+    assert [[r.tolist() for r in run] for run in results] == [
+        [[30.0], [3.0]]] * 2
+
+
+def _configs_of_either_class():
+    """Configs from the experimental class, the current one and TF 2.3."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        experimental = {
+            False: tf_lossscale.experimental.LossScaleOptimizer(
+                LEGACY.SGD(2.0, momentum=0.5), 2),
+            True: tf_lossscale.experimental.LossScaleOptimizer(
+                LEGACY.SGD(2.0, momentum=0.5),
+                tf_lossscale.DynamicLossScale(2, 3))}
+    current = {
+        False: OURS(LEGACY.SGD(2.0, momentum=0.5), dynamic=False,
+                    initial_scale=2),
+        True: OURS(LEGACY.SGD(2.0, momentum=0.5), initial_scale=2,
+                   dynamic_growth_steps=3)}
+    tf_2_3 = {
+        False: {"class_name": "FixedLossScale",
+                "config": {"loss_scale_value": 2.0}},
+        True: {"class_name": "DynamicLossScale", "config": {
+            "initial_loss_scale": 2.0, "increment_period": 3,
+            "multiplier": 2.0}}}
+    sgd = {"class_name": "SGD", "config": {
+        "learning_rate": 2.0, "momentum": 0.5, "decay": 0.0,
+        "nesterov": False, "name": "SGD"}}
+    return {
+        "experimental": {d: o.get_config() for d, o in experimental.items()},
+        "current": {d: o.get_config() for d, o in current.items()},
+        "tf_2_3": {d: {"optimizer": sgd, "loss_scale": ls}
+                   for d, ls in tf_2_3.items()}}
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["fixed", "dynamic"])
+@pytest.mark.parametrize("reader", ["experimental", "current"])
+@pytest.mark.parametrize("writer", ["experimental", "current", "tf_2_3"])
+def test_configs_of_either_class_load_into_either_class(writer, reader,
+                                                        dynamic):
+    """TF 2.4's cross-class config tests, on the legacy family; the loaded
+    optimizer is compared with tf_keras' own reading of the same config."""
+    config = _configs_of_either_class()[writer][dynamic]
+    cls = {"experimental": tf_lossscale.experimental.LossScaleOptimizer,
+           "current": OURS}[reader]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        ours = cls.from_config(copy.deepcopy(config))
+    theirs = tf_keras.optimizers.deserialize({
+        "class_name": "LossScaleOptimizer", "config": copy.deepcopy(config)})
+    assert isinstance(ours, cls)
+    assert type(ours).__name__ == {
+        "experimental": "TfKerasLegacyExperimentalLossScaleOptimizer",
+        "current": "TfKerasLegacyLossScaleOptimizer"}[reader]
+    results = []
+    for opt in (ours, theirs):
+        attributes = (float(opt.lr), float(opt.inner_optimizer.lr),
+                      float(opt.momentum), float(opt.loss_scale),
+                      opt.initial_scale, opt.dynamic_growth_steps,
+                      opt.dynamic)
+        var = tf.Variable([5.0])
+        with tf.GradientTape() as tape:
+            tape.watch(var)
+            loss = opt.get_scaled_loss(var * 1.0)
+        scaled = tape.gradient(loss, [var])
+        opt.apply_gradients(zip(opt.get_unscaled_gradients(scaled), [var]))
+        results.append((attributes, scaled[0].numpy().tolist(),
+                        var.numpy().tolist(), None if (
+                            opt.dynamic_counter is None) else int(
+                                opt.dynamic_counter)))
+        assert opt.get_config() == ours.get_config()
+    assert results[0] == results[1] == (
+        (2.0, 2.0, 0.5, 2.0, 2.0, 3 if dynamic else None, dynamic),
+        [2.0], [3.0], 1 if dynamic else None)
+
+
 # compile / fit.
 
 

@@ -497,3 +497,301 @@ def test_looking_at_unscaled_gradients_keeps_the_scaled_ones_scaled():
     opt.apply_gradients(zip(grads, [var]))
     assert float(norm) == pytest.approx(float(tf.norm([2.0, 4.0])))
     np.testing.assert_array_equal(var.numpy(), [0.5, 1.0])
+
+
+# Behaviours tf_keras' own test file checks on both of its optimizer
+# families, run here on ours and on tf_keras' wrapper side by side.
+
+THEIRS = tf_keras.mixed_precision.LossScaleOptimizer
+FAMILIES = {"current": tf_keras.optimizers, "legacy": tf_keras.optimizers.legacy}
+
+
+def _both_classes():
+    return (tf_lossscale.LossScaleOptimizer, THEIRS)
+
+
+def _identity_checking_its_gradient(expected, calls):
+    """The identity, whose backward pass asserts the gradient it receives.
+
+    `calls` grows by one each time the gradient function runs (or is
+    traced), so a test can tell that the check took place.
+    """
+    @tf.custom_gradient
+    def identity(x):
+        def grad(upstream):
+            calls.append(1)
+            check = tf.debugging.assert_equal(
+                upstream, tf.fill(tf.shape(upstream),
+                                  tf.cast(expected, upstream.dtype)),
+                message="the gradient reaching the loss")
+            with tf.control_dependencies([check]):
+                return tf.identity(upstream)
+        return tf.identity(x), grad
+    return identity
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_scaled_loss_and_unscaled_gradients_equal_tf_keras(family):
+    results = []
+    for make in _both_classes():
+        opt = make(FAMILIES[family].SGD(), dynamic=False, initial_scale=2.0)
+        loss = tf.constant(5.0)
+        half = tf.constant(5.0, tf.float16)
+        scaled = [opt.get_scaled_loss(loss), opt.get_scaled_loss(half),
+                  opt.get_scaled_loss(lambda loss=loss: loss)(),
+                  opt.get_scaled_loss(lambda half=half: half)()]
+        grads = opt.get_unscaled_gradients(
+            [tf.constant(3.0), None, tf.constant(-4.0, tf.float16)])
+        (sparse,) = opt.get_unscaled_gradients([tf.IndexedSlices(
+            tf.constant([[4.0, 2.0], [8.0, 5.0]]), tf.constant([1, 3]),
+            dense_shape=tf.constant([5, 2]))])
+        results.append((
+            [(float(s), s.dtype.name) for s in scaled],
+            [None if g is None else (float(g), g.dtype.name) for g in grads],
+            type(sparse).__name__, sparse.values.numpy().tolist(),
+            sparse.indices.numpy().tolist()))
+    assert results[0] == results[1] == (
+        [(10.0, "float32"), (10.0, "float16"), (10.0, "float32"),
+         (10.0, "float16")],
+        [(1.5, "float32"), None, (-2.0, "float16")],
+        "IndexedSlices", [[2.0, 1.0], [4.0, 2.5]], [1, 3])
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("clip", ["clipnorm", "global_clipnorm", "clipvalue"])
+def test_clipping_acts_on_unscaled_gradients_and_inf_is_skipped(mode, clip):
+    """The current family (the legacy one: cases_legacy.py)."""
+    traces = []
+    for make in _both_classes():
+        var = tf.Variable([5.0])
+        opt = make(tf_keras.optimizers.SGD(2.0, **{clip: 2.0}),
+                   initial_scale=2, dynamic_growth_steps=1)
+        step = _runner(mode, lambda f, opt=opt, var=var: opt.minimize(
+            lambda: var * f, var_list=[var]))
+        trace = []
+        for factor in (4.0, np.inf):
+            step(tf.constant(factor))
+            trace.append((var.numpy().tolist(), float(opt.loss_scale)))
+        traces.append(trace)
+    # The gradient 4 is clipped to 2: 5 - 2 * 2; then the Inf is skipped.
+    assert traces[0] == traces[1] == [([1.0], 4.0), ([1.0], 2.0)]
+    # Ours also writes the setting through to the inner optimizer (hyper-
+    # parameters read and write through: a deliberate difference).
+    var = tf.Variable([1.0])
+    opt = _lso(tf_keras.optimizers.SGD(2.0, **{clip: 2.0}), initial_scale=8,
+               dynamic_growth_steps=1)
+    assert getattr(opt, clip) == 2.0
+    setattr(opt, clip, 3.0)
+    assert getattr(opt.inner_optimizer, clip) == 3.0
+    _runner(mode, lambda: opt.minimize(lambda: var * 4.0, var_list=[var]))()
+    assert (var.numpy().tolist(), float(opt.loss_scale)) == ([-5.0], 16.0)
+
+
+def test_a_variable_learning_rate_and_ema_settings_write_through():
+    results = []
+    for make in _both_classes():
+        inner = tf_keras.optimizers.Adam(learning_rate=1.0, beta_1=0.5,
+                                         beta_2=0.9)
+        opt = make(inner)
+        opt.learning_rate = tf.Variable(0.005)
+        assert opt.learning_rate is inner.learning_rate
+        opt.use_ema = True
+        opt.ema_momentum = 0.88
+        results.append((float(opt.learning_rate), opt.use_ema,
+                        opt.ema_momentum, inner.use_ema, inner.ema_momentum))
+    assert results[0] == results[1] == (
+        pytest.approx(0.005), True, 0.88, True, 0.88)
+
+
+def test_learning_rate_of_an_inner_that_wraps_another_reads_through():
+    """The current family (the legacy one: cases_legacy.py)."""
+
+    class Wrapping(tf_keras.optimizers.Optimizer):
+        def __init__(self):
+            super().__init__("Wrapping")
+            self.inner_optimizer = tf_keras.optimizers.SGD(learning_rate=1.0)
+
+        @property
+        def learning_rate(self):
+            return self.inner_optimizer.learning_rate
+
+        @learning_rate.setter
+        def learning_rate(self, value):
+            self.inner_optimizer.learning_rate = value
+
+        def get_config(self):
+            return {}
+
+    for make in _both_classes():
+        opt = make(Wrapping())
+        assert float(opt.learning_rate) == 1.0
+        opt.learning_rate = 2.0
+        assert float(opt.learning_rate) == 2.0
+        assert float(opt.inner_optimizer.inner_optimizer.learning_rate) == 2.0
+
+
+def test_custom_inner_round_trips_with_custom_objects_as_tf_keras():
+    """The current family (the legacy one: cases_legacy.py)."""
+
+    class MySGD(tf_keras.optimizers.SGD):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.my_attribute = 123
+
+    results = []
+    for make in _both_classes():
+        opt = make(MySGD(2.0, momentum=0.5), initial_scale=2.0,
+                   dynamic_growth_steps=3.0)
+        config = tf_keras.optimizers.serialize(opt)
+        loaded = tf_keras.optimizers.deserialize(
+            config, custom_objects={"MySGD": MySGD})
+        assert type(loaded) is type(opt)
+        assert type(loaded.inner_optimizer) is MySGD
+        var = tf.Variable([5.0])
+        loaded.minimize(lambda var=var: var * 2.0, [var])
+        results.append((
+            float(loaded.learning_rate), loaded.inner_optimizer.momentum,
+            loaded.inner_optimizer.my_attribute, float(loaded.loss_scale),
+            loaded.dynamic_growth_steps, loaded.get_config(),
+            var.numpy().tolist(), int(loaded.dynamic_counter)))
+    assert results[0] == results[1]
+    assert results[0][:5] == (2.0, 0.5, 123, 2.0, 3)
+    assert results[0][6:] == ([1.0], 1)
+
+
+def _inner_momentum(inner, var):
+    if isinstance(inner, tf_keras.optimizers.legacy.Optimizer):
+        return inner.get_slot(var, "momentum")
+    (slot,) = inner.momentums
+    return slot
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+@pytest.mark.parametrize("save_with_ls, restore_with_ls", [
+    (True, True), (True, False), (False, True)],
+    ids=["both", "saved_wrapped", "restored_wrapped"])
+def test_checkpoints_keep_a_tracked_variable_of_the_inner_as_tf_keras(
+        tmp_path, family, save_with_ls, restore_with_ls):
+    """The wrapper on either side or both; the inner tracks a variable."""
+    base = FAMILIES[family].SGD
+
+    class Tracking(base):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.my_var = tf.Variable(0.0)
+            self._track_trackable(self.my_var, "my_var")
+
+    def build(make, wrapped):
+        var = tf.Variable([2.0])
+        inner = Tracking(1.0, momentum=1.0)
+        opt = make(inner, initial_scale=1.0, dynamic_growth_steps=2.0) \
+            if wrapped else inner
+        return var, inner, opt
+
+    def step(opt, var):
+        opt.minimize(lambda: var + 1.0, var_list=[var])
+
+    traces = []
+    for make in _both_classes():
+        trace = []
+        var, inner, opt = build(make, save_with_ls)
+        step(opt, var)
+        inner.my_var.assign(1.0)
+        trace.append((var.numpy().tolist(), int(opt.iterations),
+                      _inner_momentum(inner, var).numpy().tolist()))
+        path = tf.train.Checkpoint(optimizer=opt, var=var).save(
+            str(tmp_path / f"{make.__name__}_{family}" / "ckpt"))
+
+        var, inner, opt = build(make, restore_with_ls)
+        checkpoint = tf.train.Checkpoint(optimizer=opt, var=var)
+        status = checkpoint.restore(path)
+        if save_with_ls:
+            status.assert_existing_objects_matched()
+        else:
+            status.assert_nontrivial_match()
+        scale = (float(opt.loss_scale), int(opt.dynamic_counter)) \
+            if restore_with_ls else None
+        trace.append((var.numpy().tolist(), int(opt.iterations), scale,
+                      float(inner.my_var)))
+        step(opt, var)
+        momentum = _inner_momentum(inner, var)
+        trace.append((var.numpy().tolist(), int(opt.iterations),
+                      momentum.numpy().tolist(), float(inner.my_var)))
+        status = checkpoint.restore(path)  # Now that the slots exist.
+        if save_with_ls and restore_with_ls:
+            status.assert_consumed()
+        elif save_with_ls:
+            status.assert_existing_objects_matched()
+        else:
+            status.assert_nontrivial_match()
+        trace.append((var.numpy().tolist(), momentum.numpy().tolist()))
+        traces.append(trace)
+    assert traces[0] == traces[1]
+    # m = m - 1 * grad; var += m: 2 -> 1, then (restored) 1 -> -1.
+    counter = 1 if save_with_ls else 0
+    assert traces[0] == [
+        ([1.0], 1, [-1.0]),
+        ([1.0], 1, (1.0, counter) if restore_with_ls else None, 1.0),
+        ([-1.0], 2, [-2.0], 1.0),
+        ([1.0], [-1.0])]
+
+
+def _tf_keras_deserialize(config):
+    """tf_keras' own reading of a LossScaleOptimizer config."""
+    return tf_keras.optimizers.deserialize(
+        {"class_name": "LossScaleOptimizer", "config": copy.deepcopy(config)})
+
+
+def _tf_2_3_sgd_config(loss_scale):
+    return {"optimizer": {"class_name": "SGD", "config": {
+        "learning_rate": 2.0, "momentum": 0.5, "decay": 0.0,
+        "nesterov": False, "name": "SGD"}}, "loss_scale": loss_scale}
+
+
+@pytest.mark.parametrize("public", ["current", "experimental"])
+@pytest.mark.parametrize("loss_scale, dynamic", [
+    ({"class_name": "FixedLossScale", "config": {"loss_scale_value": 2.0}},
+     False),
+    ({"class_name": "DynamicLossScale", "config": {
+        "initial_loss_scale": 2.0, "increment_period": 3,
+        "multiplier": 2.0}}, True),
+], ids=["fixed", "dynamic"])
+def test_a_tf_2_3_config_gives_a_working_optimizer_as_in_tf_keras(
+        public, loss_scale, dynamic):
+    config = _tf_2_3_sgd_config(loss_scale)
+    theirs = _tf_keras_deserialize(config)
+    cls = {"current": tf_lossscale.LossScaleOptimizer,
+           "experimental": tf_lossscale.experimental.LossScaleOptimizer}[public]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        ours = cls.from_config(copy.deepcopy(config))
+    results = []
+    for opt in (ours, theirs):
+        var = tf.Variable([5.0])
+        calls = []
+        check = _identity_checking_its_gradient(2.0, calls)
+        attributes = (float(opt.learning_rate),
+                      float(opt.inner_optimizer.learning_rate),
+                      float(opt.inner_optimizer.momentum),
+                      float(opt.loss_scale), opt.initial_scale,
+                      opt.dynamic_growth_steps, opt.dynamic)
+        opt.minimize(lambda var=var, check=check: check(var), [var])
+        assert calls  # The loss was scaled by 2: the check ran and held.
+        results.append((attributes, var.numpy().tolist(), None if (
+            opt.dynamic_counter is None) else int(opt.dynamic_counter)))
+    assert results[0] == results[1] == (
+        (2.0, 2.0, 0.5, 2.0, 2.0, 3 if dynamic else None, dynamic),
+        [3.0], 1 if dynamic else None)
+
+
+def test_a_tf_2_3_config_with_multiplier_4_raises_value_error():
+    config = _tf_2_3_sgd_config({"class_name": "DynamicLossScale", "config": {
+        "initial_loss_scale": 2.0, "increment_period": 3, "multiplier": 4.0}})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        with pytest.raises(ValueError, match="multiplier"):
+            _tf_keras_deserialize(config)
+        for cls in (tf_lossscale.LossScaleOptimizer,
+                    tf_lossscale.experimental.LossScaleOptimizer):
+            with pytest.raises(ValueError, match="multiplier"):
+                cls.from_config(copy.deepcopy(config))
