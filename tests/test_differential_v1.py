@@ -373,3 +373,50 @@ def test_eager_checkpoint_of_the_optimizer_with_slots(tmp_path):
         str(tmp_path / "ckpt"))
     keys = _checkpoint_keys(path)
     assert "optimizer/loss_scale/good_steps/.ATTRIBUTES/VARIABLE_VALUE" in keys
+
+
+def _eager_trajectory(kind, strategy, in_function):
+    """Momentum steps in eager mode (optionally in a tf.function, under a
+    strategy): per step the variable, the slot, the scale and the counter."""
+    module = tf_lossscale if kind == "ours" else TF
+    strategy = strategy or tf.distribute.get_strategy()
+    with strategy.scope():
+        w = tf.Variable([1.0, 2.0])
+        opt = module.MixedPrecisionLossScaleOptimizer(
+            v1.train.MomentumOptimizer(0.5, momentum=0.9),
+            module.DynamicLossScale(initial_loss_scale=2.0,
+                                    increment_period=1, multiplier=4.0))
+    factor = tf.Variable(1.0)
+    replicas = strategy.num_replicas_in_sync
+
+    def step():
+        strategy.run(lambda: opt.minimize(
+            lambda: tf.reduce_sum(w * factor) / replicas, var_list=[w]))
+
+    run = tf.function(step) if in_function else step
+    states = []
+    for value in [1.0, 1.0, NAN, 3.0, INF, 1.0]:
+        factor.assign(value)
+        run()
+        states.append((w.numpy().tolist(),
+                       opt.get_slot(w, "momentum") is None,
+                       opt._optimizer.get_slot(w, "momentum").numpy().tolist(),
+                       float(opt._loss_scale()),
+                       int(opt._loss_scale._num_good_steps.numpy())))
+    return states
+
+
+@pytest.mark.parametrize("distributed", [False, True], ids=["default",
+                                                            "mirrored"])
+@pytest.mark.parametrize("in_function", [False, True], ids=["eager",
+                                                            "function"])
+def test_eager_steps_equal_tensorflows(mirrored_strategy, distributed,
+                                       in_function):
+    strategy = mirrored_strategy if distributed else None
+    ours = _eager_trajectory("ours", strategy, in_function)
+    theirs = _eager_trajectory("theirs", strategy, in_function)
+    assert ours == theirs
+    # Written out from the rule: scale 2 -> 8 -> 32, NaN -> 8, 3 -> 32,
+    # Inf -> 8, 1 -> 32; skipped steps leave w and the slot unchanged.
+    assert [s[3] for s in ours] == [8.0, 32.0, 8.0, 32.0, 8.0, 32.0]
+    assert ours[2][0] == ours[1][0] and ours[4][0] == ours[3][0]

@@ -193,3 +193,28 @@ def test_integral_floats_are_accepted_as_the_originals_accept_them():
     assert isinstance(ours.increment_period, int)
     assert ours.get_config()["increment_period"] == theirs.get_config()[
         "increment_period"]
+
+
+# TensorFlow's own `get` is not exported; its module is, on every supported TF.
+_tf_loss_scale = pytest.importorskip(
+    "tensorflow.python.training.experimental.loss_scale")
+
+
+@pytest.mark.parametrize("call", [
+    lambda lib: lib.FixedLossScale(0.5),
+    lambda lib: lib.FixedLossScale(0),
+    lambda lib: lib.FixedLossScale("8"),
+    lambda lib: lib.FixedLossScale([2.0]),
+    lambda lib: lib.get("static"),
+    lambda lib: lib.get("Dynamic"),
+    lambda lib: lib.get([1]),
+], ids=["fixed_half", "fixed_zero", "fixed_string", "fixed_list",
+        "get_static", "get_capitalized", "get_list"])
+def test_message_contains_tensorflows_message(call):
+    """Code matching TensorFlow's message (as its own tests do) still does."""
+    with pytest.raises(ValueError) as theirs:
+        call(_tf_loss_scale)
+    with pytest.raises(ValueError) as ours:
+        call(tf_lossscale)
+    phrase = str(theirs.value).rstrip(".")
+    assert phrase in str(ours.value), (phrase, str(ours.value))

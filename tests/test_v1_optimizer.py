@@ -341,24 +341,113 @@ def test_non_v1_optimizer_is_rejected_naming_it(opt):
         assert v1.global_variables() == []
 
 
-@pytest.mark.parametrize("wrapper", [
+@pytest.mark.parametrize("opt", [
+    "sgd", None, keras.optimizers.SGD(0.1),
+], ids=["string", "None", "keras-optimizer"])
+def test_non_v1_optimizer_raises_what_tensorflow_raises_too(opt):
+    """TensorFlow's class raises ValueError here; ours is one as well."""
+    with tf.Graph().as_default():
+        with pytest.raises(ValueError) as theirs:
+            v1.mixed_precision.MixedPrecisionLossScaleOptimizer(opt, "dynamic")
+        with pytest.raises(ValueError) as ours:
+            MixedPrecisionLossScaleOptimizer(opt, "dynamic")
+    assert type(theirs.value) is ValueError
+    assert isinstance(ours.value, TypeError)
+    assert "must be a tf.compat.v1.train.Optimizer" in str(ours.value)
+
+
+def _graph_trace(make_opt, factors):
+    """Runs `minimize(sum(var * factor))` once per factor in a TF1 session;
+    the variable and every loss scale of the (nested) optimizer after each."""
+    with tf.Graph().as_default(), v1.Session() as sess:
+        var = tf.Variable([1.0, 2.0])
+        opt = make_opt()
+        scales, inner = [], opt
+        # TensorFlow's class has these two only as private attributes.
+        while hasattr(inner, "_loss_scale"):
+            scales.append(inner._loss_scale())
+            inner = inner._optimizer
+        factor = v1.placeholder(tf.float32, [])
+        train = opt.minimize(tf.reduce_sum(var * factor), var_list=[var])
+        sess.run(v1.global_variables_initializer())
+        trace = []
+        for f in factors:
+            sess.run(train, {factor: f})
+            trace.append((sess.run(var).tolist(),
+                          [float(x) for x in sess.run(scales)]))
+        return trace
+
+
+@pytest.mark.parametrize("inner_wrapper", [
     MixedPrecisionLossScaleOptimizer,
     v1.mixed_precision.MixedPrecisionLossScaleOptimizer,
-], ids=["ours", "tensorflows"])
-def test_wrapping_a_loss_scale_optimizer_is_rejected(wrapper):
+], ids=["ours_inside", "tensorflows_inside"])
+def test_a_wrapped_optimizer_wraps_again_as_tensorflows_does(inner_wrapper):
+    def wrapped_twice(outer):
+        return lambda: outer(inner_wrapper(
+            v1.train.GradientDescentOptimizer(0.5),
+            v1.mixed_precision.DynamicLossScale(4.0, 1)),
+            v1.mixed_precision.DynamicLossScale(8.0, 2))
+
+    factors = [1.0, 2.0, np.nan, 4.0]
+    ours = _graph_trace(wrapped_twice(MixedPrecisionLossScaleOptimizer),
+                        factors)
+    theirs = _graph_trace(wrapped_twice(
+        v1.mixed_precision.MixedPrecisionLossScaleOptimizer), factors)
+    assert ours == theirs
+    # The NaN step is skipped by the outer wrapper: the inner one's scale
+    # does not move either.
+    assert ours == [([0.5, 1.5], [8.0, 8.0]), ([-0.5, 0.5], [16.0, 16.0]),
+                    ([-0.5, 0.5], [8.0, 16.0]), ([-2.5, -1.5], [8.0, 32.0])]
+
+
+@pytest.mark.parametrize("tf_loss_scale", [
+    lambda: v1.mixed_precision.DynamicLossScale(4.0, 2, 2.0),
+    lambda: v1.mixed_precision.FixedLossScale(4.0),
+], ids=["dynamic", "fixed"])
+def test_tensorflows_own_loss_scale_is_taken_as_tensorflows_class_takes_it(
+        tf_loss_scale, tmp_path):
+    def make(wrapper):
+        return lambda: wrapper(v1.train.GradientDescentOptimizer(0.5),
+                               tf_loss_scale())
+
+    factors = [1.0, 1.0, 1.0, 8.0]
+    ours = _graph_trace(make(MixedPrecisionLossScaleOptimizer), factors)
+    theirs = _graph_trace(make(
+        v1.mixed_precision.MixedPrecisionLossScaleOptimizer), factors)
+    assert ours == theirs
+    assert [var for var, _ in ours] == [
+        [0.5, 1.5], [0.0, 1.0], [-0.5, 0.5], [-4.5, -3.5]]
+    # The same object, tracked under TensorFlow's key.
     with tf.Graph().as_default():
-        wrapped = wrapper(v1.train.GradientDescentOptimizer(1.0), 8)
-        with pytest.raises(TypeError, match="already a MixedPrecision"):
-            MixedPrecisionLossScaleOptimizer(wrapped, 8)
+        loss_scale = tf_loss_scale()
+        opt = MixedPrecisionLossScaleOptimizer(
+            v1.train.GradientDescentOptimizer(0.5), loss_scale)
+        assert opt.loss_scale is loss_scale
+    keys = []
+    for wrapper in (MixedPrecisionLossScaleOptimizer,
+                    v1.mixed_precision.MixedPrecisionLossScaleOptimizer):
+        loss_scale = tf_loss_scale()
+        opt = wrapper(v1.train.GradientDescentOptimizer(0.5), loss_scale)
+        path = tf.train.Checkpoint(optimizer=opt).save(
+            str(tmp_path / wrapper.__module__ / "ckpt"))
+        keys.append(sorted(name for name, _ in tf.train.list_variables(path)))
+    assert keys[0] == keys[1] == sorted(
+        ["_CHECKPOINTABLE_OBJECT_GRAPH",
+         "save_counter/.ATTRIBUTES/VARIABLE_VALUE"] + (
+            ["optimizer/loss_scale/current_loss_scale/.ATTRIBUTES/"
+             "VARIABLE_VALUE",
+             "optimizer/loss_scale/good_steps/.ATTRIBUTES/VARIABLE_VALUE"]
+            if isinstance(loss_scale, v1.mixed_precision.DynamicLossScale)
+            else []))
 
 
 @pytest.mark.parametrize("loss_scale, message", [
-    (None, "got None, which MixedPrecisionLossScaleOptimizer does not"),
+    (None, "loss_scale cannot be None: .* got None, which"),
     ("Dynamic", "got 'Dynamic' of type str"),
     (0.5, "got 0.5: loss_scale_value must be"),
     (True, "got True of type bool"),
-    (v1.mixed_precision.FixedLossScale(8), "got FixedLossScale"),
-], ids=["None", "bad-string", "below-one", "bool", "tf-loss-scale"])
+], ids=["None", "bad-string", "below-one", "bool"])
 def test_bad_loss_scale_raises_value_error_naming_it(loss_scale, message):
     with tf.Graph().as_default():
         with pytest.raises(ValueError, match=message) as info:
@@ -366,6 +455,19 @@ def test_bad_loss_scale_raises_value_error_naming_it(loss_scale, message):
                 v1.train.GradientDescentOptimizer(1.0), loss_scale)
         assert v1.global_variables() == []
     assert "'dynamic', an int or float >= 1" in str(info.value)
+
+
+def test_none_loss_scale_message_contains_tensorflows_phrase():
+    """Code matching TensorFlow's message keeps matching ours."""
+    messages = []
+    for wrapper in (v1.mixed_precision.MixedPrecisionLossScaleOptimizer,
+                    MixedPrecisionLossScaleOptimizer):
+        with tf.Graph().as_default():
+            with pytest.raises(ValueError) as info:
+                wrapper(v1.train.GradientDescentOptimizer(1.0), None)
+        messages.append(str(info.value))
+    assert messages[0] == "loss_scale cannot be None"
+    assert messages[1].startswith("loss_scale cannot be None")
 
 
 def test_apply_gradients_in_cross_replica_context_raises(mirrored_strategy):

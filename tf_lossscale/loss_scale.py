@@ -136,8 +136,7 @@ class FixedLossScale(LossScale):
         Raises:
           ValueError: `loss_scale_value` is not such a number.
         """
-        value = _checks.check_real(
-            "loss_scale_value", loss_scale_value, minimum=1.0)
+        value = _check_fixed_value(loss_scale_value)
         super().__init__()
         self._loss_scale_value = value
 
@@ -154,6 +153,20 @@ class FixedLossScale(LossScale):
 
     def __repr__(self) -> str:
         return f"FixedLossScale({self._loss_scale_value})"
+
+
+def _check_fixed_value(value: Any) -> float:
+    """`check_real` for `loss_scale_value`, its message led by TF's phrase."""
+    try:
+        return _checks.check_real("loss_scale_value", value, minimum=1.0)
+    except ValueError as e:
+        if not _checks.is_real(value):
+            phrase = "a Python int or float"
+        elif value < 1:
+            phrase = "at least 1"
+        else:  # NaN, Inf or beyond float32: TensorFlow has no phrase.
+            raise
+        raise ValueError(f"loss_scale_value must be {phrase}. {e}") from None
 
 
 class DynamicLossScale(LossScale):
@@ -291,9 +304,11 @@ def get(identifier: Any) -> Optional[LossScale]:
         return DynamicLossScale()
     if _checks.is_real(identifier):
         return FixedLossScale(identifier)
+    # TensorFlow's phrase first, so code matching its message still does.
     raise ValueError(
-        "A loss scale identifier must be None, 'dynamic', an int or float "
-        f">= 1, or a LossScale instance; got {identifier!r} of type "
+        f"Could not interpret loss scale identifier: {identifier}. A loss "
+        "scale identifier must be None, 'dynamic', an int or float >= 1, or "
+        f"a LossScale instance; got {identifier!r} of type "
         f"{type(identifier).__name__}.")
 
 

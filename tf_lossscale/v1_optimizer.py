@@ -33,43 +33,57 @@ LossLike = Union[tf.Tensor, Callable[[], tf.Tensor]]
 
 # TensorFlow ships no types: to mypy this is `Any`, a valid base class.
 _V1Optimizer: Any = tf.compat.v1.train.Optimizer
-# TensorFlow's own wrapper, refused as `opt` like ours; absent in a future TF.
-_TF_WRAPPERS = tuple(filter(None, [getattr(
-    tf.compat.v1.mixed_precision, "MixedPrecisionLossScaleOptimizer", None)]))
+# TensorFlow's own loss scales, which its optimizer takes as `loss_scale`
+# (ours use them as they are: same methods, same checkpoint keys).
+_TF_LOSS_SCALE: Any = tf.compat.v1.mixed_precision.LossScale
 _ACCEPTED_LOSS_SCALES = (
-    "'dynamic', an int or float >= 1, or a tf_lossscale.LossScale")
+    "'dynamic', an int or float >= 1, a tf_lossscale.LossScale or a "
+    "tf.compat.v1.mixed_precision.LossScale")
+
+
+class NotAV1OptimizerError(TypeError, ValueError):
+    """`opt` is not a `tf.compat.v1.train.Optimizer`.
+
+    Both a `TypeError` (the kind of mistake it is) and a `ValueError` (what
+    TensorFlow's own class raises), so code written against either catches it.
+    """
 
 
 def _check_optimizer(opt: Any) -> None:
-    """Raises TypeError unless `opt` is a plain TF1 optimizer."""
-    if isinstance(opt, (MixedPrecisionLossScaleOptimizer,) + _TF_WRAPPERS):
-        raise TypeError(
-            "opt is already a MixedPrecisionLossScaleOptimizer "
-            f"({type(opt).__module__}.{type(opt).__name__}); wrapping it again "
-            "would scale the loss twice. Pass its inner optimizer instead.")
+    """Raises unless `opt` is a TF1 optimizer.
+
+    A `MixedPrecisionLossScaleOptimizer` (ours or TensorFlow's) is one, and
+    TensorFlow's class wraps it again (the loss is scaled by both scales and
+    each unscales its own), so ours does too.
+    """
     if not isinstance(opt, _V1Optimizer):
-        raise TypeError(
+        raise NotAV1OptimizerError(
             "opt must be a tf.compat.v1.train.Optimizer (for example "
             "tf.compat.v1.train.MomentumOptimizer); got "
             f"{opt!r} of type {type(opt).__module__}.{type(opt).__name__}. "
             "For a Keras optimizer use tf_lossscale.LossScaleOptimizer.")
 
 
-def _resolve_loss_scale(loss_scale: Any) -> loss_scale_lib.LossScale:
+def _resolve_loss_scale(loss_scale: Any) -> Any:
     """Turns the `loss_scale` argument into a `LossScale`, or raises ValueError.
 
-    None is refused: this optimizer exists to scale the loss.
+    A `LossScale` of TensorFlow's is used as it is, as TensorFlow's class
+    uses it. None is refused: this optimizer exists to scale the loss.
     """
+    if isinstance(loss_scale, _TF_LOSS_SCALE):
+        return loss_scale
     if loss_scale is None:
+        # TensorFlow's phrase first, so code matching its message still does.
         raise ValueError(
-            f"loss_scale must be {_ACCEPTED_LOSS_SCALES}; got None, which "
-            "MixedPrecisionLossScaleOptimizer does not accept (it always "
-            "scales the loss). Use the inner optimizer alone to train "
-            "without loss scaling.")
+            f"loss_scale cannot be None: it must be {_ACCEPTED_LOSS_SCALES}; "
+            "got None, which MixedPrecisionLossScaleOptimizer does not accept "
+            "(it always scales the loss). Use the inner optimizer alone to "
+            "train without loss scaling.")
     is_dynamic = isinstance(loss_scale, str) and loss_scale == "dynamic"
     if not (is_dynamic or _checks.is_real(loss_scale)
             or isinstance(loss_scale, loss_scale_lib.LossScale)):
         raise ValueError(
+            f"Could not interpret loss scale identifier: {loss_scale}. "
             f"loss_scale must be {_ACCEPTED_LOSS_SCALES}; got {loss_scale!r} "
             f"of type {type(loss_scale).__name__}.")
     try:
@@ -97,10 +111,12 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
         Args:
           opt: the `tf.compat.v1.train.Optimizer` that applies the gradients.
           loss_scale: "dynamic" (a default `DynamicLossScale`), an int or
-            float >= 1 (a `FixedLossScale`), or a `LossScale`.
+            float >= 1 (a `FixedLossScale`), or a `LossScale` (ours or
+            TensorFlow's `tf.compat.v1.mixed_precision.LossScale`).
 
         Raises:
-          TypeError: `opt` is not a TF1 optimizer, or is already loss-scaled.
+          TypeError: `opt` is not a TF1 optimizer (the error is also a
+            ValueError, as TensorFlow raises).
           ValueError: `loss_scale` is None or not one of the accepted forms.
         """
         _check_optimizer(opt)
@@ -119,8 +135,8 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
         return self._optimizer
 
     @property
-    def loss_scale(self) -> loss_scale_lib.LossScale:
-        """The `LossScale` this optimizer uses."""
+    def loss_scale(self) -> Any:
+        """The `LossScale` this optimizer uses (ours, or TensorFlow's)."""
         return self._loss_scale
 
     def compute_gradients(
