@@ -159,3 +159,22 @@ def test_tensorflow_own_loss_scales_convert():
         "dynamic": True, "initial_scale": 16.0, "dynamic_growth_steps": 3}
     assert config_conversion.from_legacy_loss_scale(fixed) == {
         "dynamic": False, "initial_scale": 5.0, "dynamic_growth_steps": None}
+
+
+@pytest.mark.parametrize("cls", [tf_lossscale.LossScaleOptimizer,
+                                 experimental.LossScaleOptimizer],
+                         ids=["current", "experimental"])
+def test_multiplier_error_from_a_config_has_tf_2_4_wording(cls):
+    config = _tf23_config({"class_name": "DynamicLossScale",
+                           "config": {"initial_loss_scale": 2.0,
+                                      "increment_period": 3,
+                                      "multiplier": 4.0}})
+    with pytest.raises(ValueError) as e:
+        cls.from_config(config)
+    assert str(e.value) == (
+        "Cannot deserialize LossScaleOptimizer with a DynamicLossScale whose "
+        "multiplier is not 2. Got DynamicLossScale: DynamicLossScale("
+        "initial_loss_scale=2.0, increment_period=3, multiplier=4.0). The "
+        "optimizer's dynamic loss scaling always multiplies by 2; a "
+        "DynamicLossScale with multiplier=4.0 has no equivalent. Use "
+        "multiplier=2.0 (the default).")

@@ -169,3 +169,45 @@ def test_deserializing_gives_the_current_class_as_tf_2_4_did(loss_scale):
     assert type(restored) is KerasLossScaleOptimizer
     assert not isinstance(restored, tf_lossscale.experimental.LossScaleOptimizer)
     assert restored.get_config() == opt.get_config()
+
+
+@pytest.mark.parametrize("owner", ["tf", "ours"])
+def test_multiplier_error_has_tf_2_4_wording_and_what_is_accepted(owner):
+    make = _tf_dynamic if owner == "tf" else tf_lossscale.DynamicLossScale
+    loss_scale = make(initial_loss_scale=8, increment_period=3, multiplier=4)
+    with pytest.raises(ValueError) as e:
+        experimental.LossScaleOptimizer(keras.optimizers.SGD(), loss_scale)
+    message = str(e.value)
+    assert message.startswith(
+        'When passing a DynamicLossScale to "loss_scale", '
+        f"DynamicLossScale.multiplier must be 2. Got: {loss_scale!r}. ")
+    assert "DynamicLossScale(" in message and "multiplier=4.0" in message
+    assert message.endswith(
+        "always multiplies by 2; a DynamicLossScale with multiplier=4.0 has "
+        "no equivalent. Use multiplier=2.0 (the default).")
+
+
+class _OtherLossScale(tf_lossscale.LossScale):
+    """A loss scale of neither class the optimizer can express."""
+
+    def __call__(self):
+        return tf.constant(1.0)
+
+    def update(self, grads):
+        return None, True
+
+    def get_config(self):
+        return {}
+
+
+def test_other_loss_scale_class_error_has_tf_2_4_wording():
+    loss_scale = _OtherLossScale()
+    with pytest.raises(TypeError) as e:
+        experimental.LossScaleOptimizer(keras.optimizers.SGD(), loss_scale)
+    message = str(e.value)
+    assert message.startswith(
+        "Passing a LossScale that is not a FixedLossScale or a "
+        f"DynamicLossScale is no longer supported. Got: {loss_scale!r} of "
+        "type _OtherLossScale")
+    assert "'dynamic', a number, a FixedLossScale or a DynamicLossScale" in (
+        message)

@@ -90,18 +90,39 @@ def from_dynamic_loss_scale_args(
     initial_loss_scale: float = state_machine.DEFAULT_INITIAL_SCALE,
     increment_period: int = state_machine.DEFAULT_GROWTH_STEPS,
     multiplier: float = 2.0,
+    *,
+    passed: Optional[str] = None,
 ) -> OptimizerArgs:
     """Optimizer arguments equal to a `DynamicLossScale(...)` with these args.
+
+    `passed` is how the error shows the loss scale given to the experimental
+    constructor (its repr); None means it came from a config.
 
     Raises:
       ValueError: `multiplier` is not 2, which the optimizer cannot express.
     """
     if multiplier != 2:
-        raise ValueError(
-            "The optimizer's dynamic loss scaling always multiplies by 2; a "
-            f"DynamicLossScale with multiplier={multiplier!r} has no "
-            "equivalent. Use multiplier=2.0 (the default).")
+        raise ValueError(_multiplier_message(
+            passed, initial_loss_scale, increment_period, multiplier))
     return dynamic_args(initial_loss_scale, increment_period)
+
+
+def _multiplier_message(passed: Optional[str], initial_loss_scale: Any,
+                        increment_period: Any, multiplier: Any) -> str:
+    """TF 2.4's wording (its tests match it), then what is accepted."""
+    if passed is None:  # From a config: shown as TF's graph-mode repr.
+        shown = (f"DynamicLossScale(initial_loss_scale={initial_loss_scale!r}"
+                 f", increment_period={increment_period!r}, "
+                 f"multiplier={multiplier!r})")
+        lead = ("Cannot deserialize LossScaleOptimizer with a "
+                "DynamicLossScale whose multiplier is not 2. Got "
+                f"DynamicLossScale: {shown}.")
+    else:
+        lead = ('When passing a DynamicLossScale to "loss_scale", '
+                f"DynamicLossScale.multiplier must be 2. Got: {passed}.")
+    return (f"{lead} The optimizer's dynamic loss scaling always multiplies "
+            f"by 2; a DynamicLossScale with multiplier={multiplier!r} has no "
+            "equivalent. Use multiplier=2.0 (the default).")
 
 
 def from_legacy_loss_scale(loss_scale: Any) -> OptimizerArgs:
@@ -129,15 +150,17 @@ def from_legacy_loss_scale(loss_scale: Any) -> OptimizerArgs:
         return fixed_args(loss_scale.get_config()["loss_scale_value"])
     if isinstance(loss_scale, (loss_scale_lib.DynamicLossScale,
                                v1.DynamicLossScale)):
-        return from_dynamic_loss_scale_args(**loss_scale.get_config())
+        return from_dynamic_loss_scale_args(**loss_scale.get_config(),
+                                            passed=repr(loss_scale))
     if isinstance(loss_scale, Mapping):
         return _from_serialized(loss_scale)
     if isinstance(loss_scale, (loss_scale_lib.LossScale, v1.LossScale)):
         raise TypeError(
-            "loss_scale must be a FixedLossScale or a DynamicLossScale when "
-            f"it is a LossScale; got {loss_scale!r} of type "
-            f"{type(loss_scale).__name__}, which no optimizer setting "
-            "expresses. Pass 'dynamic', a number, or one of those classes.")
+            "Passing a LossScale that is not a FixedLossScale or a "
+            f"DynamicLossScale is no longer supported. Got: {loss_scale!r} "
+            f"of type {type(loss_scale).__name__}, which no optimizer "
+            "setting expresses. loss_scale must be 'dynamic', a number, a "
+            "FixedLossScale or a DynamicLossScale.")
     raise ValueError(
         "loss_scale must be 'dynamic', an int or float >= 1, a "
         "FixedLossScale, a DynamicLossScale with multiplier 2, or a "
