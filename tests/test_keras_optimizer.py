@@ -4,6 +4,10 @@ Distribution is in test_keras_optimizer_distributed.py, saving in
 test_keras_optimizer_saving.py.
 """
 
+import os
+import subprocess
+import sys
+
 import _model
 import keras
 import numpy as np
@@ -633,3 +637,26 @@ def test_from_config_leaves_the_callers_config_unchanged():
     restored = tf_lossscale.LossScaleOptimizer.from_config(config)
     assert repr(config) == kept
     assert float(restored.learning_rate) == 0.5
+
+
+def test_tensorflows_frozen_keras_optimizer_is_refused_naming_tf_keras():
+    """TF still ships a private copy of Keras 2.4 (`tensorflow.python.keras`);
+    its optimizers are no flavour's, and the error says which one to use.
+    In a process of its own: importing that copy registers Keras objects."""
+    code = (
+        "from tensorflow.python.keras.optimizer_v2 import gradient_descent\n"
+        "import tf_lossscale\n"
+        "try:\n"
+        "    tf_lossscale.LossScaleOptimizer(gradient_descent.SGD(0.5))\n"
+        "except TypeError as e:\n"
+        "    print('TypeError:', e)\n")
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True,
+        timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    message = result.stdout.strip()
+    assert message.startswith("TypeError: inner_optimizer must be a Keras 3")
+    assert "of type tensorflow.python.keras.optimizer_v2" in message
+    assert message.endswith(
+        "is not supported: use the same optimizer from tf_keras.optimizers."
+        "legacy (tf_keras.optimizers.legacy.SGD), which has its API.")

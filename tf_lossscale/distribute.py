@@ -83,9 +83,14 @@ def check_supported_strategy(caller: str) -> None:
     central = getattr(tf.distribute.experimental, "CentralStorageStrategy",
                       None)
     if central is not None and isinstance(strategy, central):
+        name = type(strategy).__name__
+        # tf_keras' sentence first (code and tests match it), then ours.
         raise ValueError(
-            f"{caller} does not support {type(strategy).__name__}; got it as "
-            "the current strategy. Use MirroredStrategy, "
+            "Loss scaling is not supported with the tf.distribute.Strategy: "
+            f"{name}. Try using a different Strategy, e.g. a "
+            f"MirroredStrategy. {caller} does not support {name}; got it as "
+            "the current strategy: it updates variables outside the replicas, "
+            "where a step cannot be skipped. Use MirroredStrategy, "
             "MultiWorkerMirroredStrategy, OneDeviceStrategy or no strategy.")
 
 

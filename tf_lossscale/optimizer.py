@@ -166,6 +166,17 @@ def check_gradients(grads: Sequence[Any], variables: Sequence[Any]) -> None:
                 f"shape {_shape_text(expected)}.")
 
 
+def _frozen_keras_hint(inner_optimizer: Any) -> str:
+    """What to use instead of TensorFlow's frozen private Keras 2.4 copy."""
+    if not type(inner_optimizer).__module__.startswith(
+            "tensorflow.python.keras."):
+        return ""
+    return (" TensorFlow's frozen private copy of Keras 2.4 "
+            "(tensorflow.python.keras) is not supported: use the same "
+            f"optimizer from tf_keras.optimizers.legacy (tf_keras.optimizers."
+            f"legacy.{type(inner_optimizer).__name__}), which has its API.")
+
+
 def legacy_keras_requested() -> bool:
     """Whether `tf.keras` is tf_keras in this process (TF's own test)."""
     return os.environ.get("TF_USE_LEGACY_KERAS", "").lower() in ("1", "true")
@@ -426,13 +437,20 @@ class LossScaleOptimizer:
             package = type(inner_optimizer).__module__.split(".")[0]
             if attempt or not _load_flavours(package):
                 break
+        # Under tf_keras, tf_keras' own sentence first, so code matching
+        # its message still does (Keras 3 has no message of its own here).
+        theirs = (
+            '"inner_optimizer" must be an instance of `tf.keras.optimizers.'
+            'Optimizer` or `tf.keras.optimizers.experimental.Optimizer`, but '
+            f"got: {inner_optimizer}. " if legacy_keras_requested() else "")
         raise TypeError(
-            "inner_optimizer must be a Keras 3 optimizer (an instance of "
-            "keras.optimizers.Optimizer, which is tf.keras.optimizers."
+            f"{theirs}inner_optimizer must be a Keras 3 optimizer (an "
+            "instance of keras.optimizers.Optimizer, which is tf.keras.optimizers."
             "Optimizer on TensorFlow >= 2.16) or a tf_keras optimizer (an "
             "instance of tf_keras.optimizers.Optimizer or tf_keras."
             "optimizers.legacy.Optimizer); got "
-            f"{inner_optimizer!r} of type {_type_name(inner_optimizer)}.")
+            f"{inner_optimizer!r} of type {_type_name(inner_optimizer)}."
+            f"{_frozen_keras_hint(inner_optimizer)}")
 
     def _init_loss_scaling(self, settings: settings_lib.Settings) -> None:
         """Stores the checked settings; every flavour's constructor calls it."""

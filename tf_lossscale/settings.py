@@ -70,11 +70,13 @@ class Settings:
 
 def _check_dynamic(dynamic: Any) -> None:
     if not isinstance(dynamic, bool):
+        # tf_keras' sentence first (code and tests match it), then ours.
         raise TypeError(
-            "dynamic must be a bool (True for dynamic loss scaling, False for "
-            f"a fixed scale); got {dynamic!r} of type "
-            f"{type(dynamic).__name__}. To pass a legacy loss_scale such as "
-            "'dynamic' or 128, use tf_lossscale.experimental."
+            '"dynamic" argument to LossScaleOptimizer.__init__ must be a '
+            f"bool, but got: {dynamic!r}. dynamic must be a bool (True for "
+            f"dynamic loss scaling, False for a fixed scale); got {dynamic!r} "
+            f"of type {type(dynamic).__name__}. To pass a legacy loss_scale "
+            "such as 'dynamic' or 128, use tf_lossscale.experimental."
             "LossScaleOptimizer(optimizer, loss_scale).")
 
 
@@ -150,12 +152,15 @@ def _fixed_settings(initial_scale: Any, dynamic_growth_steps: Any,
                     knobs: Dict[str, Any]) -> Settings:
     if initial_scale is None:
         raise ValueError(
+            '"initial_scale" must be specified if "dynamic" is False. '
             "initial_scale is required when dynamic=False (it is the fixed "
             "loss scale): pass a number >= 1; got None.")
     if dynamic_growth_steps is not None:
         raise ValueError(
-            "dynamic_growth_steps must be None when dynamic=False (a fixed "
-            f"scale never grows); got {dynamic_growth_steps!r}.")
+            '"dynamic_growth_steps" must be None if "dynamic" is False, but '
+            f"got: {dynamic_growth_steps}. dynamic_growth_steps must be None "
+            "when dynamic=False (a fixed scale never grows); got "
+            f"{dynamic_growth_steps!r}.")
     changed = sorted(k for k, v in knobs.items() if v != KNOB_DEFAULTS[k])
     if changed:
         given = ", ".join(f"{k}={knobs[k]!r}" for k in changed)

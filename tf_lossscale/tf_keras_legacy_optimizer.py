@@ -83,16 +83,16 @@ def _type_name(obj: Any) -> str:
     return f"{type(obj).__module__}.{type(obj).__qualname__}"
 
 
-def _check_inner(inner_optimizer: Any) -> None:
+def _check_inner(inner_optimizer: Any, flavour: type) -> None:
     """Raises unless `inner_optimizer` is a plain, unwrapped legacy one."""
     optimizer_lib.reject_loss_scale_optimizer(inner_optimizer)
     if not _is_legacy_optimizer(inner_optimizer):
-        raise TypeError(
-            "inner_optimizer must be an optimizer of tf_keras' legacy family "
-            "(an instance of tf_keras.optimizers.legacy.Optimizer); got "
-            f"{inner_optimizer!r} of type {_type_name(inner_optimizer)}. "
-            "tf_lossscale.LossScaleOptimizer picks the flavour for each "
-            "family.")
+        raise tf_keras_optimizer.wrong_family(
+            inner_optimizer, flavour,
+            "only the classic optimizers subclassing from "
+            "`tf.keras.optimizers.Optimizer` can be passed (TF <= 2.10's "
+            "name of tf_keras' legacy family, tf_keras.optimizers.legacy."
+            "Optimizer)")
     tf_keras_optimizer.reject_already_wrapped(inner_optimizer)
 
 
@@ -158,7 +158,7 @@ class TfKerasLegacyLossScaleOptimizer(
                  max_scale: Optional[float] = None,
                  growth_factor: float = 2.0, backoff_factor: float = 0.5,
                  hysteresis: int = 1) -> None:
-        _check_inner(inner_optimizer)
+        _check_inner(inner_optimizer, type(self))
         settings = settings_lib.check_settings(
             dynamic, initial_scale, dynamic_growth_steps,
             min_scale=min_scale, max_scale=max_scale,

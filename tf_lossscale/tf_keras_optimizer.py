@@ -51,6 +51,7 @@ __all__ = [
     "checked_pairs",
     "reject_already_wrapped",
     "track_loss_scale_state",
+    "wrong_family",
 ]
 
 # Attributes of tf_keras optimizers that read and write through to the inner
@@ -80,18 +81,41 @@ def _type_name(obj: Any) -> str:
     return f"{type(obj).__module__}.{type(obj).__qualname__}"
 
 
-def _check_inner(inner_optimizer: Any) -> None:
+def _check_inner(inner_optimizer: Any, flavour: type) -> None:
     """Raises unless `inner_optimizer` is a plain, unwrapped tf_keras one."""
     optimizer_lib.reject_loss_scale_optimizer(inner_optimizer)
     if not isinstance(inner_optimizer, tf_keras.optimizers.Optimizer):
-        raise TypeError(
-            "inner_optimizer must be a tf_keras optimizer of the current "
-            "family (an instance of tf_keras.optimizers.Optimizer); got "
-            f"{inner_optimizer!r} of type {_type_name(inner_optimizer)}. "
-            "tf_lossscale.LossScaleOptimizer picks the flavour for each "
-            "family, tf_keras' legacy optimizers (tf_keras.optimizers.legacy) "
-            "included.")
+        raise wrong_family(
+            inner_optimizer, flavour,
+            "only the optimizers subclassing from tf_keras.optimizers."
+            "Optimizer (tf_keras' current family, which tf.keras.optimizers."
+            "Optimizer is under TF_USE_LEGACY_KERAS=1) can be passed")
     reject_already_wrapped(inner_optimizer)
+
+
+def wrong_family(inner_optimizer: Any, flavour: type,
+                 accepted: str) -> TypeError:
+    """The error of a flavour class called with what it does not wrap.
+
+    As tf_keras' class of each family refuses the other family's optimizers,
+    it names what was passed, what `flavour` accepts and the class to use.
+    """
+    public: Any = optimizer_lib.LossScaleOptimizer
+    public_name = "tf_lossscale.LossScaleOptimizer"
+    if issubclass(flavour, experimental.LossScaleOptimizer):
+        public = experimental.LossScaleOptimizer
+        public_name = "tf_lossscale.experimental.LossScaleOptimizer"
+    try:
+        right: Optional[type] = public._flavour_for(inner_optimizer)
+    except TypeError:
+        right = None
+    use = (f"Pass a tf_keras optimizer, or use {public_name}, which builds "
+           "the class for each family" if right is None else
+           f"Use {public_name}, which builds the class for each family: for "
+           f"this one, {right.__module__}.{right.__qualname__}")
+    return TypeError(
+        f"{flavour.__name__} wraps one family of optimizers: {accepted}. Got "
+        f"{inner_optimizer!r} of type {_type_name(inner_optimizer)}. {use}.")
 
 
 def reject_already_wrapped(inner_optimizer: Any) -> None:
@@ -101,8 +125,8 @@ def reject_already_wrapped(inner_optimizer: Any) -> None:
     """
     if _tf_private.is_wrapped_by_loss_scale_optimizer(inner_optimizer):
         raise ValueError(
-            "inner_optimizer is already wrapped by a LossScaleOptimizer; a "
-            "tf_keras optimizer can be wrapped by only one, because the "
+            '"inner_optimizer" is already wrapped by a LossScaleOptimizer. '
+            "A tf_keras optimizer can be wrapped by only one, because the "
             "wrapper writes its loss scale into the inner optimizer's "
             f"checkpoint. Got {inner_optimizer!r}; wrap a new optimizer.")
 
@@ -260,7 +284,7 @@ class TfKerasLossScaleOptimizer(ScalingWarnings,
                  max_scale: Optional[float] = None,
                  growth_factor: float = 2.0, backoff_factor: float = 0.5,
                  hysteresis: int = 1) -> None:
-        _check_inner(inner_optimizer)
+        _check_inner(inner_optimizer, type(self))
         settings = settings_lib.check_settings(
             dynamic, initial_scale, dynamic_growth_steps,
             min_scale=min_scale, max_scale=max_scale,
