@@ -480,16 +480,73 @@ def test_documented_flow_may_change_gradients_before_applying(mode):
     np.testing.assert_allclose(var, [-0.6, -0.8], rtol=1e-6)
 
 
-def test_unscaled_gradients_applied_in_the_same_graph_only():
-    """A mark left eagerly does not make a traced step skip its unscale."""
+def test_unmarked_gradients_are_scaled_until_the_documented_flow_is_used():
+    """Neither method ran where `apply_gradients` runs: Keras 3's flow
+    (scaled) until `get_unscaled_gradients` has run anywhere; from then on
+    TensorFlow's documented flow (unscaled), in every graph and eagerly."""
     var = keras.Variable([0.0])
     opt = tf_lossscale.LossScaleOptimizer(
         keras.optimizers.SGD(1.0), initial_scale=4)
+    apply = tf.function(lambda g: opt.apply_gradients([(g, var)]))
+    apply(tf.constant([4.0]))  # Scaled: 4 / 4.
+    np.testing.assert_array_equal(var, [-1.0])
+    opt.apply_gradients([(tf.constant([4.0]), var)])  # Eagerly, the same.
+    np.testing.assert_array_equal(var, [-2.0])
     opt.get_unscaled_gradients([tf.constant([1.0])])  # Eager, not applied.
     tf.function(lambda: opt.apply_gradients([(tf.constant([4.0]), var)]))()
-    np.testing.assert_array_equal(var, [-1.0])
-    opt.apply_gradients([(tf.constant([1.0]), var)])  # The eager mark.
-    np.testing.assert_array_equal(var, [-2.0])
+    np.testing.assert_array_equal(var, [-6.0])  # Unscaled: 4.
+    opt.apply_gradients([(tf.constant([1.0]), var)])
+    np.testing.assert_array_equal(var, [-7.0])
+    # A Keras 3 step still marks its own gradients as scaled.
+    with tf.GradientTape() as tape:
+        loss = opt.scale_loss(tf.reduce_sum(var * 2.0))
+    opt.apply_gradients(zip(tape.gradient(loss, [var]), [var]))
+    np.testing.assert_array_equal(var, [-9.0])
+
+
+@pytest.mark.parametrize("public", ["current", "experimental"])
+def test_accumulated_unscaled_gradients_applied_in_another_function(public):
+    """TF 2.x trainers (OpenNMT-tf, ALBERT pretraining) unscale in one
+    tf.function, accumulate, and apply in another: applied once unscaled."""
+    var = keras.Variable([0.0, 0.0])
+    if public == "current":
+        opt = tf_lossscale.LossScaleOptimizer(
+            keras.optimizers.SGD(1.0), initial_scale=2.0**15)
+    else:
+        with pytest.warns(DeprecationWarning):
+            opt = tf_lossscale.experimental.LossScaleOptimizer(
+                keras.optimizers.SGD(1.0), "dynamic")
+    total = tf.Variable([0.0, 0.0])
+
+    @tf.function
+    def accumulate(coefficients):
+        with tf.GradientTape() as tape:
+            loss = opt.get_scaled_loss(tf.reduce_sum(coefficients * var))
+        (grad,) = opt.get_unscaled_gradients(tape.gradient(loss, [var]))
+        total.assign_add(grad)
+
+    @tf.function
+    def apply():
+        opt.apply_gradients([(total / 2.0, var)])
+        total.assign(tf.zeros_like(total))
+
+    accumulate(tf.constant([1.0, 2.0]))
+    accumulate(tf.constant([3.0, 4.0]))
+    apply()
+    np.testing.assert_array_equal(var, [-2.0, -3.0])
+    assert int(opt.iterations) == 1
+    assert float(opt.loss_scale) == 2.0**15
+
+
+def test_experimental_class_takes_unmarked_gradients_as_unscaled():
+    """As TF 2.4's class, its original, applied them."""
+    var = keras.Variable([0.0])
+    with pytest.warns(DeprecationWarning):
+        opt = tf_lossscale.experimental.LossScaleOptimizer(
+            keras.optimizers.SGD(1.0), 8)
+    opt.apply_gradients([(tf.constant([2.0]), var)])
+    tf.function(lambda: opt.apply_gradients([(tf.constant([2.0]), var)]))()
+    np.testing.assert_array_equal(var, [-4.0])
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -40,6 +40,8 @@ class LossScaleOptimizer(optimizer_lib.LossScaleOptimizer):
 
     _PICKS_FLAVOUR: ClassVar[bool] = True
     _INNER_ARGUMENT: ClassVar[str] = "optimizer"
+    # Its original, TF 2.4's class, applied gradients as given: unscaled.
+    _UNMARKED_GRADIENTS_ARE_SCALED: ClassVar[bool] = False
 
     def __init__(self, optimizer: Any, loss_scale: Any,
                  name: Optional[str] = None) -> None:

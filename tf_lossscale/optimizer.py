@@ -232,7 +232,11 @@ class GradientMarks:
       are the very tensors that were passed to it (then they are scaled:
       it only looked at them);
     - else `get_scaled_loss` / `scale_loss` ran: scaled;
-    - else: the flavour's default (`None` here).
+    - else: the flavour's default (`None` here). `ever_unscaled` tells the
+      flavour whether `get_unscaled_gradients` ever ran, anywhere: code
+      that accumulates its unscaled gradients and applies them in another
+      `tf.function` (OpenNMT-tf, ALBERT pretraining) must not see them
+      unscaled a second time.
 
     A place is a pair (graph, thread): the graph being traced (None when
     eager) and the Python thread, because `MirroredStrategy` runs each
@@ -243,6 +247,7 @@ class GradientMarks:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self.ever_unscaled = False
         self._eager: Dict[int, _Place] = {}
         self._traced: "weakref.WeakKeyDictionary[tf.Graph, Dict[int, _Place]]" = (
             weakref.WeakKeyDictionary())
@@ -265,6 +270,7 @@ class GradientMarks:
         """Records that `inputs` were unscaled here into `outputs`, which
         are all finite iff `verdict`."""
         with self._lock:
+            self.ever_unscaled = True
             place = self._here()
             first = place.unscaled_inputs is None
             place.unscaled_inputs = (place.unscaled_inputs or []) + [
@@ -592,8 +598,14 @@ class LossScaleOptimizer:
         return self._decide(grads)[0]
 
     def _unmarked_gradients_are_scaled(self) -> bool:
-        """The flavour's default when neither scaling method ran."""
-        return self._UNMARKED_GRADIENTS_ARE_SCALED
+        """The flavour's default when neither scaling method ran here.
+
+        Once `get_unscaled_gradients` has run on this optimizer, its user
+        follows TensorFlow's documented flow, in which `apply_gradients`
+        always takes unscaled gradients.
+        """
+        return (self._UNMARKED_GRADIENTS_ARE_SCALED
+                and not self._marks.ever_unscaled)
 
     def _step(self, grads: List[Any], variables: List[Any],
               already_unscaled: bool,
