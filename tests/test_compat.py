@@ -624,3 +624,31 @@ def test_tf_keras_flavour_of_every_spelling():
     assert lines[8].startswith("keras 3 set_policy: tf_lossscale.compat."
                                "set_policy sets the Keras 3 policy")
     assert lines[9] == "uninstalled True"
+
+
+def test_compile_hook_keeps_keras_own_compile_for_its_override_check(
+        shim, tmp_path):
+    # Keras 3 loads a model compiled only if `cls.compile is Trainer.compile`
+    # (else it warns that compile is custom and leaves it uncompiled).
+    from keras.src.trainers.trainer import Trainer
+    assert keras.Model.compile is Trainer.compile
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    model = keras.Sequential([keras.Input((3,)),
+                              keras.layers.Dense(1, dtype="float32")])
+    model.compile(optimizer="sgd", loss="mse")
+    model.fit(np.ones((4, 3)), np.ones((4, 1)), verbose=0)
+    path = str(tmp_path / "model.keras")
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    assert isinstance(loaded.optimizer, tf_lossscale.LossScaleOptimizer)
+    assert float(loaded.optimizer.loss_scale) == float(
+        model.optimizer.loss_scale)
+
+
+def test_uninstall_restores_keras_own_compile():
+    from keras.src.trainers.trainer import Trainer
+    compile_fn = vars(Trainer)["compile"]
+    compat.install()
+    compat.uninstall()
+    assert vars(Trainer)["compile"] is compile_fn
+    assert "compile" not in vars(keras.Model)

@@ -674,3 +674,28 @@ def test_migrate_reports_unparsable_file(tmp_path, capsys):
 def test_migrate_missing_path_exits_2(tmp_path, capsys):
     assert cli.main(["migrate", str(tmp_path / "nope.py")]) == 2
     assert "nope.py: no such file or folder" in capsys.readouterr().err
+
+
+def test_compile_of_a_model_whose_class_overrides_compile_is_reported():
+    legacy = """\
+        import tensorflow as tf
+        from tensorflow.keras import mixed_precision as mxp
+
+        class Base(tf.keras.Model):
+            def compile(self, optimizer, **kwargs):
+                optimizer = mxp.experimental.LossScaleOptimizer(
+                    tf.keras.optimizers.get(optimizer), 'dynamic')
+                super().compile(optimizer=optimizer, **kwargs)
+
+        mxp.set_global_policy('mixed_float16')
+        model = Base()
+        model.compile(optimizer='adam', loss='mse')
+        """
+    text, notes = _rewrite(legacy)
+    # Its own compile wraps the optimizer: wrapping it here as well would
+    # make it wrap a LossScaleOptimizer (a TypeError).
+    assert "model.compile(optimizer='adam', loss='mse')" in text
+    assert "super().compile(optimizer=optimizer, **kwargs)" in text
+    assert "tf_lossscale.LossScaleOptimizer(\n" in text
+    assert [n.line for n in notes] == [12]
+    assert "defines its own compile (class Base)" in notes[0].reason

@@ -19,8 +19,8 @@ namespaces a TF 2.1-2.15 script reaches it through:
 - an import hook (`_PatchingFinder`): `import tensorflow.train.experimental`
   and the like load a second copy of a TensorFlow namespace module after
   `install()`; the hook sets the legacy names on such a copy as it loads;
-- `tf.keras.Model.compile` is wrapped so that it wraps the optimizer as TF
-  2.1-2.15 did (`compile_hook`);
+- `tf.keras.Model.compile` is wrapped (on the class that defines it) so
+  that it wraps the optimizer as TF 2.1-2.15 did (`compile_hook`);
 - the experimental optimizer's `loss_scale` becomes TF 2.1-2.3's
   `LossScale` object (`loss_scale_view`).
 
@@ -227,9 +227,15 @@ def _apply(plan: Dict[str, Dict[str, Any]], changes: _Changes,
         for target in targets:
             for attr, value in plan[path].items():
                 changes.set(target, attr, value)
-    model = tf.keras.Model
-    changes.set(model, "compile", compile_hook.hooked(
-        model.compile, tf.keras.optimizers.get, keras_3=not tf_keras))
+    # Hooked on the class that defines it (Keras 3: its Trainer), so that
+    # Keras' "is compile overridden?" checks (`cls.compile !=
+    # Trainer.compile`, before `compile_from_config` when a model loads)
+    # still find Keras' own compile.
+    owner = next(cls for cls in tf.keras.Model.__mro__
+                 if "compile" in vars(cls))
+    changes.set(owner, "compile", compile_hook.hooked(
+        vars(owner)["compile"], tf.keras.optimizers.get,
+        keras_3=not tf_keras))
     changes.set(experimental.LossScaleOptimizer, "loss_scale",
                 loss_scale_view.view_property(_current_loss_scale))
 

@@ -253,6 +253,13 @@ def _compile(ctx: Context, original: cst.Call, updated: cst.Call) -> cst.Call:
             "scale differently); compile wrapped the optimizer in a "
             "LossScaleOptimizer under mixed_float16: wrap it in "
             f"{_OPTIMIZER} by hand where it did")
+    if ctx.compile_overrides and not _is_super_call(original):
+        raise Unconvertible(
+            "the module defines its own compile (class "
+            f"{', '.join(ctx.compile_overrides)}), and the rewriter cannot "
+            "tell whether this call reaches it or Keras' compile, which "
+            "wrapped the optimizer in a LossScaleOptimizer under the policy; "
+            f"wrap it in {_OPTIMIZER} by hand where Keras' compile did")
     extra = [kwarg(k, cst.parse_expression(v)) for k, v in scaling]
     index = _optimizer_index(original)
     if index is None:
@@ -265,6 +272,14 @@ def _compile(ctx: Context, original: cst.Call, updated: cst.Call) -> cst.Call:
     args = list(updated.args)
     args[index] = args[index].with_changes(value=wrapped)
     return updated.with_changes(args=args)
+
+
+def _is_super_call(call: cst.Call) -> bool:
+    """`super().compile(...)` or `super(Cls, self).compile(...)`."""
+    receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
+    return (isinstance(receiver, cst.Call)
+            and isinstance(receiver.func, cst.Name)
+            and receiver.func.value == "super")
 
 
 def _with_default_optimizer(ctx: Context, updated: cst.Call,

@@ -36,6 +36,13 @@ class Context:
         self._get_metadata = get_metadata
         self.notes: List[Note] = []
         self.facts = Facts(collect(module), self.name_of)
+        # Classes of this module with a `compile` of their own.
+        self.compile_overrides: List[str] = [
+            node.name.value for node in module.body
+            if isinstance(node, cst.ClassDef) and any(
+                isinstance(item, cst.FunctionDef)
+                and item.name.value == "compile"
+                for item in node.body.body)]
         self._handled: Set[int] = set()
         self._statements: List[List[cst.BaseStatement]] = []
 
