@@ -76,6 +76,8 @@ def _train(kind, make_inner, loss_scale_args, values, extra_vars=False):
         step = v1.train.get_or_create_global_step()
         if loss_scale_args[0] == "dynamic":
             loss_scale = dynamic_cls(*loss_scale_args[1:])
+        elif loss_scale_args[0] == "tensorflows":  # TF's class, for both.
+            loss_scale = TF.DynamicLossScale(*loss_scale_args[1:])
         else:  # ("as_is", 8) or ("as_is", "dynamic")
             loss_scale = loss_scale_args[1]
         inner = make_inner()
@@ -129,6 +131,19 @@ def case_minimize_with_a_dynamic_scale_equals_tensorflows():
         assert [s["step"] for s in ours] == [1, 2, 2, 2, 2, 3]
         assert [float(s["scale"]) for s in ours] == [4, 8, 4, 2, 1, 1]
         np.testing.assert_array_equal(ours[2]["w"], ours[1]["w"])
+
+
+def case_tensorflows_loss_scale_and_a_wrapped_inner_as_tensorflow():
+    """TensorFlow's class takes its own LossScale objects and an optimizer
+    that is already loss-scaled; so does ours, with the same results."""
+    for make_inner in (
+            lambda: v1.train.GradientDescentOptimizer(0.5),
+            lambda: TF.MixedPrecisionLossScaleOptimizer(
+                v1.train.GradientDescentOptimizer(0.5), 4)):
+        args = ("tensorflows", 4.0, 2, 2.0)
+        ours = _train("ours", make_inner, args, STEPS)
+        _assert_states_equal(ours, _train("tf", make_inner, args, STEPS))
+        assert [float(s["scale"]) for s in ours] == [4, 8, 4, 2, 1, 1]
 
 
 def case_minimize_with_the_default_dynamic_scale():
