@@ -547,7 +547,10 @@ def test_multiplier_rule_agrees_with_config_conversion(multiplier):
     except ValueError as e:
         with pytest.raises(ValueError) as ours:
             loss_scale_args.check_multiplier(multiplier)
-        assert str(ours.value) == str(e)
+        # The optimizer's error leads with TF 2.4's sentence; the reason
+        # after it is the rewriter's, word for word.
+        assert str(e).endswith(" " + str(ours.value))
+        assert str(e).startswith("Cannot deserialize LossScaleOptimizer")
         return
     loss_scale_args.check_multiplier(multiplier)
 
