@@ -703,17 +703,25 @@ def test_tensorflows_frozen_keras_optimizer_is_refused_naming_tf_keras():
     code = (
         "from tensorflow.python.keras.optimizer_v2 import gradient_descent\n"
         "import tf_lossscale\n"
-        "try:\n"
-        "    tf_lossscale.LossScaleOptimizer(gradient_descent.SGD(0.5))\n"
-        "except TypeError as e:\n"
-        "    print('TypeError:', e)\n")
+        "class MySGD(gradient_descent.SGD):\n"
+        "    pass\n"
+        "for cls in (gradient_descent.SGD, MySGD):\n"
+        "    try:\n"
+        "        tf_lossscale.LossScaleOptimizer(cls(0.5))\n"
+        "    except TypeError as e:\n"
+        "        print('TypeError:', e)\n")
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True,
         timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
     assert result.returncode == 0, result.stderr[-3000:]
-    message = result.stdout.strip()
-    assert message.startswith("TypeError: inner_optimizer must be a Keras 3")
-    assert "of type tensorflow.python.keras.optimizer_v2" in message
-    assert message.endswith(
-        "is not supported: use the same optimizer from tf_keras.optimizers."
-        "legacy (tf_keras.optimizers.legacy.SGD), which has its API.")
+    messages = result.stdout.strip().splitlines()
+    assert len(messages) == 2, result.stdout
+    assert "of type tensorflow.python.keras.optimizer_v2" in messages[0]
+    assert "of type __main__.MySGD" in messages[1]
+    for message in messages:
+        assert message.startswith(
+            "TypeError: inner_optimizer must be a Keras 3")
+        assert message.endswith(
+            "is not supported: use the same optimizer from tf_keras."
+            "optimizers.legacy (tf_keras.optimizers.legacy.SGD), which has "
+            "its API.")

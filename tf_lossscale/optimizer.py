@@ -168,13 +168,14 @@ def check_gradients(grads: Sequence[Any], variables: Sequence[Any]) -> None:
 
 def _frozen_keras_hint(inner_optimizer: Any) -> str:
     """What to use instead of TensorFlow's frozen private Keras 2.4 copy."""
-    if not type(inner_optimizer).__module__.startswith(
-            "tensorflow.python.keras."):
+    frozen = [cls for cls in type(inner_optimizer).__mro__
+              if cls.__module__.startswith("tensorflow.python.keras.")]
+    if not frozen:
         return ""
     return (" TensorFlow's frozen private copy of Keras 2.4 "
             "(tensorflow.python.keras) is not supported: use the same "
             f"optimizer from tf_keras.optimizers.legacy (tf_keras.optimizers."
-            f"legacy.{type(inner_optimizer).__name__}), which has its API.")
+            f"legacy.{frozen[0].__name__}), which has its API.")
 
 
 def legacy_keras_requested() -> bool:
