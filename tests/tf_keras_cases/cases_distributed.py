@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras
+from _gradient_check import identity_checking_its_gradient
 
 import tf_lossscale
 
@@ -134,23 +135,6 @@ def _run_in_replicas(strategy, mode, fn):
     return tf.function(run) if mode == "function" else run
 
 
-def _identity_checking_its_gradient(expected, calls):
-    """The identity, whose backward pass asserts the gradient it receives
-    (and appends to `calls` each time it runs or is traced)."""
-    @tf.custom_gradient
-    def identity(x):
-        def grad(upstream):
-            calls.append(1)
-            check = tf.debugging.assert_equal(
-                upstream, tf.fill(tf.shape(upstream),
-                                  tf.cast(expected, upstream.dtype)),
-                message="the gradient reaching the loss")
-            with tf.control_dependencies([check]):
-                return tf.identity(upstream)
-        return tf.identity(x), grad
-    return identity
-
-
 @pytest.mark.filterwarnings("ignore::UserWarning")
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("family", sorted(FAMILIES))
@@ -166,7 +150,7 @@ def test_minimize_scales_the_loss_skips_and_counts_as_tf_keras(
             var = tf.Variable([1.0, 2.0])
             dynamic = make(sgd(1.0), initial_scale=2, dynamic_growth_steps=1)
         calls = []
-        check = _identity_checking_its_gradient(10.0 / replicas, calls)
+        check = identity_checking_its_gradient(10.0 / replicas, calls)
         _run_in_replicas(
             strategy, mode, lambda opt=fixed, v=fixed_var, check=check:
             opt.minimize(lambda: check(v) / replicas, [v]))()
@@ -258,7 +242,7 @@ def test_the_experimental_class_under_mirrored_strategy(mirrored_strategy,
 
     def checked_step(opt, var, expected):
         calls = []
-        check = _identity_checking_its_gradient(expected, calls)
+        check = identity_checking_its_gradient(expected, calls)
         _run_in_replicas(strategy, "function", lambda: opt.minimize(
             lambda: check(var) / replicas, [var]))()
         assert calls

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras
+from _gradient_check import identity_checking_its_gradient
 
 import tf_lossscale
 from tf_lossscale import tf_keras_optimizer
@@ -510,26 +511,6 @@ def _both_classes():
     return (tf_lossscale.LossScaleOptimizer, THEIRS)
 
 
-def _identity_checking_its_gradient(expected, calls):
-    """The identity, whose backward pass asserts the gradient it receives.
-
-    `calls` grows by one each time the gradient function runs (or is
-    traced), so a test can tell that the check took place.
-    """
-    @tf.custom_gradient
-    def identity(x):
-        def grad(upstream):
-            calls.append(1)
-            check = tf.debugging.assert_equal(
-                upstream, tf.fill(tf.shape(upstream),
-                                  tf.cast(expected, upstream.dtype)),
-                message="the gradient reaching the loss")
-            with tf.control_dependencies([check]):
-                return tf.identity(upstream)
-        return tf.identity(x), grad
-    return identity
-
-
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_scaled_loss_and_unscaled_gradients_equal_tf_keras(family):
     results = []
@@ -769,7 +750,7 @@ def test_a_tf_2_3_config_gives_a_working_optimizer_as_in_tf_keras(
     for opt in (ours, theirs):
         var = tf.Variable([5.0])
         calls = []
-        check = _identity_checking_its_gradient(2.0, calls)
+        check = identity_checking_its_gradient(2.0, calls)
         attributes = (float(opt.learning_rate),
                       float(opt.inner_optimizer.learning_rate),
                       float(opt.inner_optimizer.momentum),
