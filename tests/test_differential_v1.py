@@ -19,6 +19,13 @@ shows it.)
 
 Deliberate difference (API.md section 0): with a fixed scale, a step with a
 NaN or Inf gradient is skipped by ours and applied by TensorFlow's.
+
+Eagerly, in a tf.function and under MirroredStrategy (the shared one of
+tests/conftest.py), the tests below run TensorFlow's own scenarios on both
+classes: a fixed scale's gradient reaching the loss and the step, and a
+`tf.train.Checkpoint` of the loss scale restored with `assert_consumed()`.
+At the end, a defect of our tf_keras legacy flavour found in a TF1 graph
+under MirroredStrategy (a strict xfail).
 """
 
 import os
@@ -420,3 +427,216 @@ def test_eager_steps_equal_tensorflows(mirrored_strategy, distributed,
     # Inf -> 8, 1 -> 32; skipped steps leave w and the slot unchanged.
     assert [s[3] for s in ours] == [8.0, 32.0, 8.0, 32.0, 8.0, 32.0]
     assert ours[2][0] == ours[1][0] and ours[4][0] == ours[3][0]
+
+
+# ------------------------------------- fixed scale: eager, function, mirrored
+
+def _probed_minimize(opt, var, replicas, returned):
+    """One replica's `minimize` of `probe(var) / replicas`, where `probe` is
+    the identity whose gradient function keeps what reaches it; returns that
+    gradient (after the step, in graphs). `returned` gets the type name of
+    what `minimize` returned."""
+    reached = []
+
+    @tf.custom_gradient
+    def probe(x):
+        def grad(upstream):
+            reached.append(upstream)
+            return upstream
+        return tf.identity(x), grad
+
+    op = opt.minimize(lambda: probe(var) / replicas, var_list=[var])
+    returned.append(type(op).__name__)
+    if op is None:
+        return reached[0]
+    with tf.control_dependencies([op]):
+        return tf.identity(reached[0])
+
+
+def _fixed_scale_step(kind, strategy, mode):
+    """GradientDescent(2.0) with a fixed scale of 10 on `var = [5.0]`, one
+    step in `mode`: the gradient reaching the loss and the variable (per
+    replica), the scale, and what `minimize` returned."""
+    module = tf_lossscale if kind == "ours" else TF
+    strategy = strategy or tf.distribute.get_strategy()
+    replicas = strategy.num_replicas_in_sync
+    returned = []
+
+    def build():
+        with strategy.scope():
+            var = tf.Variable([5.0])
+            opt = module.MixedPrecisionLossScaleOptimizer(
+                v1.train.GradientDescentOptimizer(2.0), 10.0)
+        step = lambda: strategy.run(  # noqa: E731
+            lambda: _probed_minimize(opt, var, replicas, returned))
+        return var, opt, step
+
+    if mode == "graph":
+        with tf.Graph().as_default(), v1.Session() as sess:
+            var, opt, step = build()
+            reached = strategy.experimental_local_results(step())
+            sess.run(v1.global_variables_initializer())
+            reached = sess.run(reached)
+            values = sess.run(strategy.experimental_local_results(var))
+            scale = sess.run(_children(opt)["loss_scale"]())
+    else:
+        var, opt, step = build()
+        if mode == "function":
+            step = tf.function(step)
+        reached = [t.numpy() for t in strategy.experimental_local_results(
+            step())]
+        values = [v.numpy() for v in strategy.experimental_local_results(
+            var)]
+        scale = _children(opt)["loss_scale"]().numpy()
+    return ([np.asarray(r).tolist() for r in reached],
+            [np.asarray(v).tolist() for v in values], float(scale), returned)
+
+
+@pytest.mark.parametrize("mode", ["graph", "eager", "function"])
+@pytest.mark.parametrize("distributed", [False, True], ids=["default",
+                                                            "mirrored"])
+def test_fixed_scale_gradient_and_step_equal_tensorflows(mirrored_strategy,
+                                                         distributed, mode):
+    strategy = mirrored_strategy if distributed else None
+    ours = _fixed_scale_step("ours", strategy, mode)
+    theirs = _fixed_scale_step("theirs", strategy, mode)
+    assert ours == theirs
+    replicas = 2 if distributed else 1
+    # The gradient reaching the loss is the scale over the replicas; the
+    # unscaled gradients (1 per replica) are summed: 5 - 2 * 1 = 3.
+    assert ours[:3] == ([[10.0 / replicas]] * replicas, [[3.0]] * replicas,
+                        10.0)
+    # `minimize` returns the op of the step in graphs, eagerly None.
+    assert ours[3] == [
+        "NoneType" if mode == "eager" else "Operation"] * replicas
+
+
+# ------------------------------------------------- eager checkpoint restores
+
+def _momentum_run(kind, strategy):
+    """Momentum(1.0, momentum=1.0) with DynamicLossScale(1, 2, 2) on
+    `var = [2.0]`, minimizing `var + 1`: the optimizer, the variable, one
+    eager step and the state (scale, counter, variable and slot per
+    replica)."""
+    module = tf_lossscale if kind == "ours" else TF
+    with strategy.scope():
+        var = tf.Variable([2.0])
+        inner = v1.train.MomentumOptimizer(1.0, momentum=1.0)
+        opt = module.MixedPrecisionLossScaleOptimizer(
+            inner, module.DynamicLossScale(
+                initial_loss_scale=1.0, increment_period=2.0, multiplier=2.0))
+
+    def step():
+        strategy.run(lambda: opt.minimize(lambda: var + 1.0, var_list=[var]))
+
+    def state():
+        loss_scale = _children(opt)["loss_scale"]
+        local = strategy.experimental_local_results
+        return (float(loss_scale().numpy()),
+                int(_children(loss_scale)["good_steps"].numpy()),
+                [v.numpy().tolist() for v in local(var)],
+                [s.numpy().tolist() for s in local(
+                    inner.get_slot(var, "momentum"))])
+
+    return opt, var, step, state
+
+
+@pytest.mark.parametrize("objects", ["optimizer", "optimizer_and_variable"])
+@pytest.mark.parametrize("writer, reader", [
+    ("ours", "ours"), ("ours", "theirs"), ("theirs", "ours"),
+    ("theirs", "theirs")])
+@pytest.mark.parametrize("distributed", [False, True], ids=["default",
+                                                            "mirrored"])
+def test_eager_checkpoint_restores_the_loss_scale_with_assert_consumed(
+        tmp_path, mirrored_strategy, distributed, writer, reader, objects):
+    strategy = (mirrored_strategy if distributed
+                else tf.distribute.get_strategy())
+    n = strategy.num_replicas_in_sync
+
+    def checkpoint(opt, var):
+        if objects == "optimizer":
+            return tf.train.Checkpoint(optimizer=opt)
+        return tf.train.Checkpoint(optimizer=opt, var=var)
+
+    w_opt, w_var, w_step, w_state = _momentum_run(writer, strategy)
+    w_step()
+    saved = w_state()
+    # Gradient 1 per replica, summed: the slot is n, the variable 2 - n;
+    # one good step of the two of the period.
+    assert saved == (1.0, 1, [[2.0 - n]] * n, [[float(n)]] * n)
+    path = checkpoint(w_opt, w_var).save(str(tmp_path / "ckpt"))
+    keys = _checkpoint_keys(path)
+    assert {"optimizer/loss_scale/current_loss_scale/.ATTRIBUTES/"
+            "VARIABLE_VALUE",
+            "optimizer/loss_scale/good_steps/.ATTRIBUTES/VARIABLE_VALUE"
+            } <= set(keys)
+    # Each writer's keys are TensorFlow's own.
+    if writer == "ours":
+        t_opt, t_var, t_step, _ = _momentum_run("theirs", strategy)
+        t_step()
+        assert keys == _checkpoint_keys(checkpoint(t_opt, t_var).save(
+            str(tmp_path / "theirs")))
+
+    r_opt, r_var, r_step, r_state = _momentum_run(reader, strategy)
+    r_step()
+    r_step()
+    moved = r_state()
+    # The second good step doubles the scale and resets the counter.
+    assert moved == (2.0, 0, [[2.0 - 3 * n]] * n, [[2.0 * n]] * n)
+    status = checkpoint(r_opt, r_var).restore(path)
+    status.assert_consumed()
+    restored = r_state()
+    if objects == "optimizer":
+        # The loss scale comes back; the untracked variable and its slot
+        # stay where they were.
+        assert restored == (1.0, 1) + moved[2:]
+    else:
+        assert restored == saved
+
+
+# --------------- tf_keras' legacy family in a TF1 graph under MirroredStrategy
+#
+# What `strategy.run(step)` returns: one Operation that a session can run,
+# the same on every replica, as tf_keras' wrapper returns (ours returned a
+# PerReplica of ops until distribute.one_op_for_every_replica). tf_keras'
+# optimizers run in this process too (without TF_USE_LEGACY_KERAS the
+# flavour still follows the inner optimizer).
+
+def _legacy_run_in_a_tf1_graph(wrapper, strategy):
+    """`strategy.run` of a fixed-scale `minimize` in a TF1 graph: the type
+    of its result, and the variable per replica after `sess.run` of the
+    result (None if Session.run refuses it)."""
+    import tf_keras
+
+    with tf.Graph().as_default(), v1.Session() as sess:
+        with strategy.scope():
+            var = tf.Variable([5.0])
+            opt = wrapper(tf_keras.optimizers.legacy.SGD(1.0),
+                          dynamic=False, initial_scale=1)
+        result = strategy.run(
+            lambda: opt.minimize(lambda: var * 2.0, [var]))
+        sess.run(v1.global_variables_initializer())
+        try:
+            sess.run(result)
+        except TypeError:
+            return type(result).__name__, None
+        return type(result).__name__, [
+            v.tolist() for v in sess.run(
+                strategy.experimental_local_results(var))]
+
+
+def test_tf_keras_legacy_run_in_a_tf1_graph_gives_one_runnable_op(
+        mirrored_strategy):
+    import tf_keras
+
+    # 5 - 1.0 * (2 + 2): the gradients of the two replicas, summed.
+    assert _legacy_run_in_a_tf1_graph(
+        tf_keras.mixed_precision.LossScaleOptimizer, mirrored_strategy) == (
+        "Operation", [[1.0], [1.0]])
+
+
+def test_our_legacy_run_in_a_tf1_graph_gives_one_runnable_op_as_tf_keras(
+        mirrored_strategy):
+    assert _legacy_run_in_a_tf1_graph(
+        tf_lossscale.LossScaleOptimizer, mirrored_strategy) == (
+        "Operation", [[1.0], [1.0]])

@@ -30,6 +30,7 @@ __all__ = [
     "branch",
     "check_supported_strategy",
     "cross_replica_all_finite",
+    "one_op_for_every_replica",
     "require_cross_replica_context",
     "require_replica_context",
 ]
@@ -145,6 +146,24 @@ def _reject_distributed_values(grads: Any) -> None:
                 f"({type(g).__name__}) outside the scope of their strategy; "
                 "call it inside `with strategy.scope():` (in a cross-replica "
                 "context), so that every replica's gradients are checked.")
+
+
+def one_op_for_every_replica(op: Any) -> Any:
+    """The op that runs every replica's `op`, the same object on each.
+
+    In a graph with several replicas, each replica builds its own train op,
+    so `strategy.run(step)` would give a `PerReplica` that `Session.run`
+    refuses; tf_keras' wrapper returns the one op of its cross-replica merge
+    call instead. A merge call here does the same (at trace time only: at
+    run time it is one `group`). Eagerly, or with one replica, `op` is
+    returned as it is.
+    """
+    context = tf.distribute.get_replica_context()
+    if (op is None or tf.executing_eagerly() or context is None
+            or context.num_replicas_in_sync == 1):
+        return op
+    return context.merge_call(
+        lambda strategy, ops: strategy.group(ops), args=(op,))
 
 
 def branch(verdict: Any, apply: Callable[[], Any],

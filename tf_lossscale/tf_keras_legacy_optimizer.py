@@ -398,7 +398,8 @@ class TfKerasLegacyLossScaleOptimizer(
                 inner._transform_unaggregated_gradients(pairs))
         grads, variables = [g for g, _ in pairs], [v for _, v in pairs]
         with tf.name_scope(name or self._name):
-            return tf.group(self._step(grads, variables, already_unscaled))
+            step = tf.group(self._step(grads, variables, already_unscaled))
+        return distribute.one_op_for_every_replica(step)
 
     # The parts `optimizer_lib.LossScaleOptimizer._step` is handed.
 
