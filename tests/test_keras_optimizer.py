@@ -725,3 +725,23 @@ def test_tensorflows_frozen_keras_optimizer_is_refused_naming_tf_keras():
             "is not supported: use the same optimizer from tf_keras."
             "optimizers.legacy (tf_keras.optimizers.legacy.SGD), which has "
             "its API.")
+
+
+def test_the_keras_3_class_called_with_a_tf_keras_optimizer_names_the_class():
+    import tf_keras
+
+    inner = tf_keras.optimizers.SGD()
+    with pytest.raises(TypeError) as e:
+        KerasLossScaleOptimizer(inner)
+    message = str(e.value)
+    assert message.startswith(
+        "KerasLossScaleOptimizer wraps one family of optimizers: only Keras "
+        "3 optimizers")
+    assert "of type tf_keras.src.optimizers.sgd.SGD" in message
+    assert message.endswith(
+        "Use tf_lossscale.LossScaleOptimizer, which builds the class for "
+        "each family: for this one, tf_lossscale.tf_keras_optimizer."
+        "TfKerasLossScaleOptimizer.")
+    # The optimizer is left as it was: the public class wraps it.
+    opt = tf_lossscale.LossScaleOptimizer(inner)
+    assert type(opt).__name__ == "TfKerasLossScaleOptimizer"

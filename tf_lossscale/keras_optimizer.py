@@ -69,15 +69,15 @@ def _is_keras3_optimizer(inner_optimizer: Any) -> bool:
     return isinstance(inner_optimizer, keras.optimizers.Optimizer)
 
 
-def _check_inner(inner_optimizer: Any) -> None:
+def _check_inner(inner_optimizer: Any, flavour: type) -> None:
     """Raises unless `inner_optimizer` is a plain Keras 3 optimizer."""
     optimizer_lib.reject_loss_scale_optimizer(inner_optimizer)
     if not _is_keras3_optimizer(inner_optimizer):
-        raise TypeError(
-            "inner_optimizer must be a Keras 3 optimizer (an instance of "
-            f"keras.optimizers.Optimizer); got {inner_optimizer!r} of type "
-            f"{type(inner_optimizer).__module__}."
-            f"{type(inner_optimizer).__qualname__}.")
+        raise optimizer_lib.wrong_family(
+            inner_optimizer, flavour,
+            "only Keras 3 optimizers (instances of keras.optimizers."
+            "Optimizer, which is tf.keras.optimizers.Optimizer on TensorFlow "
+            ">= 2.16) can be passed")
 
 
 def _check_base_arguments(kwargs: Dict[str, Any]) -> None:
@@ -128,7 +128,7 @@ class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
                  max_scale: Optional[float] = None,
                  growth_factor: float = 2.0, backoff_factor: float = 0.5,
                  hysteresis: int = 1, **kwargs: Any) -> None:
-        _check_inner(inner_optimizer)
+        _check_inner(inner_optimizer, type(self))
         settings = settings_lib.check_settings(
             dynamic, initial_scale, dynamic_growth_steps,
             min_scale=min_scale, max_scale=max_scale,

@@ -65,6 +65,7 @@ __all__ = [
     "legacy_keras_requested",
     "reject_loss_scale_optimizer",
     "skipped_steps_variable",
+    "wrong_family",
 ]
 
 Loss = Union[tf.Tensor, Callable[[], tf.Tensor]]
@@ -164,6 +165,33 @@ def check_gradients(grads: Sequence[Any], variables: Sequence[Any]) -> None:
                 f"The gradient for variable {name!r} has shape "
                 f"{_shape_text(shape)}, which does not fit the variable's "
                 f"shape {_shape_text(expected)}.")
+
+
+def wrong_family(inner_optimizer: Any, flavour: type,
+                 accepted: str) -> TypeError:
+    """The error of a flavour class called with what it does not wrap.
+
+    As tf_keras' class of each family refuses the other family's optimizers,
+    it names what was passed, what `flavour` accepts (`accepted`) and the
+    class to use: the public class the flavour is registered under, which
+    picks the flavour, and the flavour it picks for this optimizer.
+    """
+    public: Any = next(c for c in flavour.__mro__
+                       if vars(c).get("_PICKS_FLAVOUR"))
+    public_name = ("tf_lossscale.LossScaleOptimizer" if public is
+                   LossScaleOptimizer else
+                   f"{public.__module__}.{public.__qualname__}")
+    try:
+        right: Optional[type] = public._flavour_for(inner_optimizer)
+    except TypeError:
+        right = None
+    use = (f"Pass an optimizer it wraps, or use {public_name}, which builds "
+           "the class for each family" if right is None else
+           f"Use {public_name}, which builds the class for each family: for "
+           f"this one, {right.__module__}.{right.__qualname__}")
+    return TypeError(
+        f"{flavour.__name__} wraps one family of optimizers: {accepted}. Got "
+        f"{inner_optimizer!r} of type {_type_name(inner_optimizer)}. {use}.")
 
 
 def _frozen_keras_hint(inner_optimizer: Any) -> str:

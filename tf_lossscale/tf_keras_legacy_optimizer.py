@@ -87,7 +87,7 @@ def _check_inner(inner_optimizer: Any, flavour: type) -> None:
     """Raises unless `inner_optimizer` is a plain, unwrapped legacy one."""
     optimizer_lib.reject_loss_scale_optimizer(inner_optimizer)
     if not _is_legacy_optimizer(inner_optimizer):
-        raise tf_keras_optimizer.wrong_family(
+        raise optimizer_lib.wrong_family(
             inner_optimizer, flavour,
             "only the classic optimizers subclassing from "
             "`tf.keras.optimizers.Optimizer` can be passed (TF <= 2.10's "

@@ -51,7 +51,6 @@ __all__ = [
     "checked_pairs",
     "reject_already_wrapped",
     "track_loss_scale_state",
-    "wrong_family",
 ]
 
 # Attributes of tf_keras optimizers that read and write through to the inner
@@ -85,37 +84,12 @@ def _check_inner(inner_optimizer: Any, flavour: type) -> None:
     """Raises unless `inner_optimizer` is a plain, unwrapped tf_keras one."""
     optimizer_lib.reject_loss_scale_optimizer(inner_optimizer)
     if not isinstance(inner_optimizer, tf_keras.optimizers.Optimizer):
-        raise wrong_family(
+        raise optimizer_lib.wrong_family(
             inner_optimizer, flavour,
             "only the optimizers subclassing from tf_keras.optimizers."
             "Optimizer (tf_keras' current family, which tf.keras.optimizers."
             "Optimizer is under TF_USE_LEGACY_KERAS=1) can be passed")
     reject_already_wrapped(inner_optimizer)
-
-
-def wrong_family(inner_optimizer: Any, flavour: type,
-                 accepted: str) -> TypeError:
-    """The error of a flavour class called with what it does not wrap.
-
-    As tf_keras' class of each family refuses the other family's optimizers,
-    it names what was passed, what `flavour` accepts and the class to use.
-    """
-    public: Any = optimizer_lib.LossScaleOptimizer
-    public_name = "tf_lossscale.LossScaleOptimizer"
-    if issubclass(flavour, experimental.LossScaleOptimizer):
-        public = experimental.LossScaleOptimizer
-        public_name = "tf_lossscale.experimental.LossScaleOptimizer"
-    try:
-        right: Optional[type] = public._flavour_for(inner_optimizer)
-    except TypeError:
-        right = None
-    use = (f"Pass a tf_keras optimizer, or use {public_name}, which builds "
-           "the class for each family" if right is None else
-           f"Use {public_name}, which builds the class for each family: for "
-           f"this one, {right.__module__}.{right.__qualname__}")
-    return TypeError(
-        f"{flavour.__name__} wraps one family of optimizers: {accepted}. Got "
-        f"{inner_optimizer!r} of type {_type_name(inner_optimizer)}. {use}.")
 
 
 def reject_already_wrapped(inner_optimizer: Any) -> None:
