@@ -339,6 +339,9 @@ BAD_BOUNDS: List[Tuple[Dict[str, Any], Tuple[str, ...]]] = [
     ({"max_scale": 1024.0}, ("initial_scale", "max_scale")),
     ({"min_scale": 2.0, "max_scale": 1.0, "initial_scale": 1.5},
      ("max_scale",)),
+    # A subnormal start would read as 0 and never grow.
+    ({"min_scale": 1e-40, "initial_scale": 1e-39}, ("initial_scale",
+                                                    "2**-126")),
 ]
 
 # Knobs away from their defaults, each refused with dynamic=False.

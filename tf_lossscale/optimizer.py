@@ -480,8 +480,9 @@ class LossScaleOptimizer:
             f"got: {inner_optimizer}. " if legacy_keras_requested() else "")
         raise TypeError(
             f"{theirs}inner_optimizer must be a Keras 3 optimizer (an "
-            "instance of keras.optimizers.Optimizer, which is tf.keras.optimizers."
-            "Optimizer on TensorFlow >= 2.16) or a tf_keras optimizer (an "
+            "instance of keras.optimizers.Optimizer, which is tf.keras."
+            "optimizers.Optimizer on TensorFlow >= 2.16) or a tf_keras "
+            "optimizer (an "
             "instance of tf_keras.optimizers.Optimizer or tf_keras."
             "optimizers.legacy.Optimizer); got "
             f"{inner_optimizer!r} of type {_type_name(inner_optimizer)}."

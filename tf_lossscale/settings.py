@@ -112,6 +112,14 @@ def _check_knobs(knobs: Dict[str, Any], initial_scale: float
             "initial_scale must lie between min_scale and max_scale; got "
             f"min_scale={checked['min_scale']!r}, initial_scale="
             f"{initial_scale!r}, max_scale={upper!r}.")
+    if bounded and initial_scale < SMALLEST_NORMAL_FLOAT32:
+        # A subnormal start reads as 0 in TensorFlow's arithmetic, and a
+        # scale of 0 would grow to 0 on every finite step.
+        raise ValueError(
+            "initial_scale must be >= 2**-126 (the smallest normal float32; "
+            "TensorFlow flushes smaller ones to 0) when min_scale is below "
+            f"it; got initial_scale={initial_scale!r}, min_scale="
+            f"{checked['min_scale']!r}.")
     return checked
 
 
