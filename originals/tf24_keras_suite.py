@@ -116,11 +116,11 @@ VERDICTS: Dict[str, _report.Verdict] = {
     **dict.fromkeys(
         ("testSerializationWithBuiltInOptimizerV1",
          "testSerializationWithBuiltInOptimizerV2"),
-        ("defect", "type(opt) is the flavour class (TfKerasLegacyLossScale"
-         "Optimizer, a subclass of tf_lossscale.LossScaleOptimizer and not "
-         "of the experimental class), never tf_lossscale.LossScaleOptimizer "
-         "itself: the public class picks a flavour per Keras; every value, "
-         "the config and the non-experimental class are as TF 2.4's")),
+        ("deliberate", "type(opt) is the class of the inner optimizer's "
+         "family (TfKerasLegacyLossScaleOptimizer, a subclass of "
+         "tf_lossscale.LossScaleOptimizer), as tf_keras' public class gives "
+         "its family class (API.md section 0); every value, the config and "
+         "the non-experimental class are as TF 2.4's")),
 }
 
 
