@@ -5,9 +5,11 @@ preceded by the line `<!-- test: own-process -->` runs in a process of its
 own (it sets TF_USE_LEGACY_KERAS, makes logical devices or starts servers);
 those processes all start at once, when the first of them is asked for, and
 run beside the in-process blocks. The other blocks run in this process, each
-in a fresh namespace and a fresh working directory, and Keras' global dtype
-policy is reset after each. ```sh, ```text and other blocks are not run.
-The pages are found by globbing, so a page added to docs/ is tested too.
+in a fresh namespace and a fresh working directory; Keras' global dtype
+policy and the environment variables are restored after each. ```sh,
+```text and other blocks are not run.
+The pages are found by globbing, so a page added to docs/ is tested too;
+a program shown on several pages runs once.
 """
 
 import os
@@ -64,9 +66,18 @@ def blocks_of(path: Path) -> List[Block]:
     return found
 
 
+def distinct(blocks: List[Block]) -> List[Block]:
+    """One block per distinct program: a page may repeat another's example
+    (README and Getting started show the same two), which runs once."""
+    seen: Dict[str, Block] = {}
+    for block in blocks:
+        seen.setdefault(block.code, block)
+    return list(seen.values())
+
+
 BLOCKS = [block for page in pages() for block in blocks_of(page)]
-IN_PROCESS = [b for b in BLOCKS if not b.own_process]
-OWN = [b for b in BLOCKS if b.own_process]
+IN_PROCESS = distinct([b for b in BLOCKS if not b.own_process])
+OWN = distinct([b for b in BLOCKS if b.own_process])
 
 
 def _env() -> Dict[str, str]:
@@ -105,19 +116,23 @@ def test_the_pages_hold_the_examples_the_readme_promises():
     assert len(BLOCKS) >= 12 and OWN  # the site's pages were found
 
 
+@pytest.mark.parametrize("block", IN_PROCESS, ids=[b.id for b in IN_PROCESS])
+def test_block_runs(block, own_processes, tmp_path, monkeypatch):
+    # `own_processes` starts the other blocks' processes, which run beside.
+    monkeypatch.chdir(tmp_path)  # files a block writes land here
+    namespace = {"__name__": "__main__"}
+    environ = dict(os.environ)
+    try:
+        exec(compile(block.code, block.id, "exec"), namespace)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+        os.environ.clear()
+        os.environ.update(environ)
+
+
 @pytest.mark.parametrize("block", OWN, ids=[b.id for b in OWN])
 def test_own_process_block_runs(block, own_processes):
     process = own_processes[block.id]
     stdout, stderr = process.communicate(timeout=TIMEOUT)
     assert process.returncode == 0, (
         f"{block.id} failed:\n{stdout[-2000:]}\n{stderr[-4000:]}")
-
-
-@pytest.mark.parametrize("block", IN_PROCESS, ids=[b.id for b in IN_PROCESS])
-def test_block_runs(block, own_processes, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # files a block writes land here
-    namespace = {"__name__": "__main__"}
-    try:
-        exec(compile(block.code, block.id, "exec"), namespace)
-    finally:
-        keras.mixed_precision.set_global_policy("float32")
