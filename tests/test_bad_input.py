@@ -28,7 +28,7 @@ import tensorflow as tf
 import tf_lossscale
 from tf_lossscale import experimental
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[1] / "docs" / "errors.md"
 
 # The kinds of bad input the table must cover (first column).
 REQUIRED_KINDS = {

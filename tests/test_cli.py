@@ -152,3 +152,50 @@ def test_help_and_version_do_not_import_tensorflow():
                            if m.split(".")[0] in ("tensorflow", "keras",
                                                   "tf_keras"))
             assert heavy == [], (cmd + args, heavy[:10])
+
+
+# The demo's start-up: TensorFlow's C++ lines (oneDNN, CUDA, cpu_feature_guard,
+# absl's pre-InitializeLog notice) must not land between its intro and its
+# progress bar, unless the user set TF_CPP_MIN_LOG_LEVEL.
+
+# A line of TensorFlow's C++ logging ("I0000 00:00:17... cudart_stub.cc:31]
+# ...") or one of its start-up notices.
+TF_START_UP_LINE = re.compile(
+    r"^[IWEF]\d{4} [\d:.]+ +\d+ \S+\.cc:\d+\]|absl::InitializeLog|oneDNN|"
+    r"cpu_feature_guard|cudart_stub|cuInit|rebuild TensorFlow", re.M)
+
+
+def _demo(tmp_path: Path, env: dict) -> subprocess.CompletedProcess:
+    result = subprocess.run(
+        MODULE + ["demo", "--steps", "4", "--out", str(tmp_path / "out")],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+        check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def test_demo_prints_no_tensorflow_start_up_lines(tmp_path):
+    env = _env()
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(REPO)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
+    result = _demo(tmp_path, env)
+    assert TF_START_UP_LINE.search(result.stdout) is None, result.stdout
+    assert TF_START_UP_LINE.search(result.stderr) is None, result.stderr
+    # The intro comes first, the summary follows the progress bar.
+    assert result.stdout.index("2^24") < result.stdout.index("4/4")
+
+
+def test_demo_keeps_a_user_set_log_level(tmp_path):
+    env = _env()
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(REPO)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
+    env["TF_CPP_MIN_LOG_LEVEL"] = "0"  # the user asked for everything
+    result = _demo(tmp_path, env)
+    # Level 0 on this machine: TensorFlow's C++ start-up lines do show.
+    assert TF_START_UP_LINE.search(result.stderr), result.stderr[-3000:]
+
+
+def test_quiet_start_leaves_a_user_set_level_alone(monkeypatch):
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "1")
+    assert cli.quiet_tensorflow_start() is False
+    assert os.environ["TF_CPP_MIN_LOG_LEVEL"] == "1"

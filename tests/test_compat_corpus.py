@@ -29,7 +29,7 @@ from tf_lossscale.compat import migrate
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = os.path.join(REPO, "compat", "examples")
-README = os.path.join(REPO, "README.md")
+README = os.path.join(REPO, "docs", "migrating.md")
 LOSSES = re.compile(r"initial loss ([\d.]+).*?final loss ([\d.]+)", re.DOTALL)
 
 KERAS_3, TF_KERAS = "keras3", "tf_keras"

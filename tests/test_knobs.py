@@ -377,7 +377,8 @@ def check_knob_refused_when_fixed(flavour: Flavour, knob: str) -> None:
     assert getattr(opt, knob) == DEFAULT_KNOBS[knob]
 
 
-README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
+README = (pathlib.Path(__file__).resolve().parent.parent / "docs"
+          / "scaling-policy.md")
 
 
 def readme_blocks(section: str) -> List[str]:

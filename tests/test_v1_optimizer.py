@@ -17,7 +17,7 @@ import tf_lossscale
 from tf_lossscale import MixedPrecisionLossScaleOptimizer
 
 v1 = tf.compat.v1
-README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
+README = pathlib.Path(__file__).resolve().parents[1] / "docs" / "custom-loops.md"
 
 
 def _variable(name, value, dtype=tf.float32):
@@ -499,6 +499,6 @@ def _readme_block(section):
 
 def test_readme_tf1_example_runs_as_written():
     namespace = {}
-    exec(compile(_readme_block("tf1"), "README.md:tf1", "exec"), namespace)
+    exec(compile(_readme_block("tf1"), "docs/custom-loops.md:tf1", "exec"), namespace)
     np.testing.assert_allclose(
         namespace["w_after_one_step"], [[0.025], [0.0125]], rtol=1e-6)

@@ -5,6 +5,9 @@ Each subcommand is a thin adapter that imports its module lazily and returns
 an exit code; the logic lives in `demo.py`, `bench.py` and `migrate.py`.
 This module itself imports neither TensorFlow nor Keras, so that `--help`
 and `--version` answer at once and print none of TensorFlow's start-up lines.
+Before the demo it starts TensorFlow quietly (`quiet_tensorflow_start`), so
+that its C++ start-up lines do not land between the demo's intro and its
+progress bar, unless the user set `TF_CPP_MIN_LOG_LEVEL` themselves.
 """
 
 from __future__ import annotations
@@ -12,9 +15,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 from typing import Any, List, Optional, Sequence, Union
 
-__all__ = ["build_parser", "main", "version"]
+__all__ = ["build_parser", "main", "quiet_tensorflow_start", "version"]
 
 # The name `python -m tf_lossscale` gives itself (see __main__.py); the
 # console script's name is taken from sys.argv[0].
@@ -62,7 +66,48 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
+# The level set when the user set none: INFO and WARNING lines hidden.
+QUIET_LOG_LEVEL = "2"
+
+
+def quiet_tensorflow_start() -> bool:
+    """Imports TensorFlow and Keras and makes its devices, with its C++
+    start-up lines kept off the terminal; True if it did so.
+
+    Does nothing (returns False) when the user set `TF_CPP_MIN_LOG_LEVEL`:
+    then they asked for what TensorFlow prints. Otherwise it sets the level
+    to 2 and, as some lines print whatever the level (absl's "All log
+    messages before absl::InitializeLog()", `cudart_stub`, a failed
+    `cuInit`), sends file descriptor 2 to a temporary file while TensorFlow
+    starts. If the start fails, what it printed is written to stderr before
+    the exception propagates.
+    """
+    if "TF_CPP_MIN_LOG_LEVEL" in os.environ:
+        return False
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = QUIET_LOG_LEVEL
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            import keras  # noqa: F401  (loads TensorFlow's backend)
+            import tensorflow as tf
+            tf.config.list_logical_devices()  # CUDA's probe prints here
+        except BaseException:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            captured.seek(0)
+            sys.stderr.write(captured.read().decode(errors="replace"))
+            raise
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+    return True
+
+
 def _demo(args: argparse.Namespace) -> int:
+    quiet_tensorflow_start()
     from tf_lossscale import demo
     return demo.run(steps=args.steps, out_dir=args.out)
 

@@ -51,7 +51,7 @@ def _read_int(value: Any) -> int:
 class LossScaleMonitor(keras.callbacks.Callback):
     """Logs `loss_scale` and `skipped_steps`; optionally stops on a skip run.
 
-    Usage::
+    Usage:
 
         model.compile(optimizer=tf_lossscale.LossScaleOptimizer(...), ...)
         model.fit(x, y, callbacks=[

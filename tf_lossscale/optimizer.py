@@ -406,7 +406,7 @@ class LossScaleOptimizer:
       dynamic_growth_steps: an int >= 1, default 2000, when dynamic; must
         be None when not.
       min_scale: the floor of a dynamic scale, any finite number > 0;
-        default 1. Below 2**-126 the scale floors at 2**-126 (TensorFlow
+        default 1. Below `2**-126` the scale floors at `2**-126` (TensorFlow
         flushes subnormal float32s to 0, and 0 would never grow back).
       max_scale: a growth happens only if its result is <= this (default:
         the largest float32).

@@ -456,12 +456,13 @@ def test_config_of_a_legacy_family_inner_raises_type_error():
 
 
 def test_readme_tf_keras_example_runs_as_written(mixed_float16):
-    readme = (pathlib.Path(__file__).resolve().parents[2] / "README.md")
+    readme = (pathlib.Path(__file__).resolve().parents[2] / "docs"
+              / "keras.md")
     section = readme.read_text().split("<!-- section:tf_keras -->", 1)[1]
     section = section.split("<!-- section:", 1)[0]
     (code,) = re.findall(r"```python\n(.*?)```", section, re.S)
     namespace = {}
-    exec(compile(code, "README.md:tf_keras", "exec"), namespace)
+    exec(compile(code, "docs/keras.md:tf_keras", "exec"), namespace)
     opt = namespace["opt"]
     assert type(opt).__name__ == "TfKerasLossScaleOptimizer"
     assert namespace["model"].optimizer is opt

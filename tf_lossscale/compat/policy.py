@@ -91,15 +91,14 @@ class LossScaleMixin:
 class Policy(LossScaleMixin, keras.DTypePolicy):
     """A Keras 3 dtype policy with a loss scale, as in TF 2.1-2.3.
 
-    Example:
-
-    >>> policy = Policy("mixed_float16")
-    >>> policy.compute_dtype, policy.variable_dtype
-    ('float16', 'float32')
-    >>> type(policy.loss_scale).__name__
-    'DynamicLossScale'
-    >>> print(Policy("float32").loss_scale)
-    None
+    Examples:
+        >>> policy = Policy("mixed_float16")
+        >>> policy.compute_dtype, policy.variable_dtype
+        ('float16', 'float32')
+        >>> type(policy.loss_scale).__name__
+        'DynamicLossScale'
+        >>> print(Policy("float32").loss_scale)
+        None
     """
 
     def __init__(self, name: str, loss_scale: Any = "auto") -> None:
