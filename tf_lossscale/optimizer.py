@@ -62,6 +62,7 @@ from tf_lossscale.gradient_check import check_gradients
 from tf_lossscale.gradient_marks import GradientMarks, Taken
 from tf_lossscale.inner_attribute import InnerAttribute
 from tf_lossscale.optimizer_config import OptimizerConfig
+from tf_lossscale.skip_reporting import SkipReporting
 
 __all__ = [
     "GradientMarks",
@@ -101,7 +102,7 @@ class _Untracked:
         self.value = value
 
 
-class LossScaleOptimizer(OptimizerConfig):
+class LossScaleOptimizer(SkipReporting, OptimizerConfig):
     """An optimizer that scales the loss so float16 gradients do not underflow.
 
     Wraps a Keras 3 or a tf_keras optimizer (of either tf_keras family) and
@@ -148,6 +149,10 @@ class LossScaleOptimizer(OptimizerConfig):
       hysteresis: non-finite steps since the last growth that it takes to
         back off, an int >= 1 (default 1: every one). Until then a
         non-finite step is skipped and the scale stays.
+      max_consecutive_skips: None (default: never stop), or an int >= 1:
+        the step that completes that many skipped steps in a row raises
+        `SkipStreakError` naming the variables and the scale (see
+        `skip_reporting`); with a fixed scale too.
 
     Raises:
       TypeError: `inner_optimizer` is not an optimizer of a supported Keras,
@@ -187,7 +192,8 @@ class LossScaleOptimizer(OptimizerConfig):
                  dynamic_growth_steps: Optional[int] = None, *,
                  min_scale: float = 1.0, max_scale: Optional[float] = None,
                  growth_factor: float = 2.0, backoff_factor: float = 0.5,
-                 hysteresis: int = 1) -> None:
+                 hysteresis: int = 1,
+                 max_consecutive_skips: Optional[int] = None) -> None:
         # Reached only through a flavour's constructor, which calls
         # `_init_loss_scaling` with these arguments.
         raise NotImplementedError(
@@ -234,6 +240,7 @@ class LossScaleOptimizer(OptimizerConfig):
         keys; a tuple attribute would add keys of its own.
         """
         self._untracked = _Untracked(variables)
+        self._make_skip_record()
 
     @property
     def _scale_variables(self) -> step_lib.ScaleVariables:
@@ -374,14 +381,21 @@ class LossScaleOptimizer(OptimizerConfig):
               already_unscaled: bool,
               keep: Optional[Sequence[bool]] = None,
               verdict: Optional[tf.Tensor] = None) -> tf.Tensor:
-        """`step.loss_scaled_step` with this optimizer's parts."""
-        return step_lib.loss_scaled_step(
+        """`step.loss_scaled_step` with this optimizer's parts.
+
+        Eagerly, with `max_consecutive_skips`, it raises `SkipStreakError`
+        once a step completes a run of that many skipped steps.
+        """
+        finite = step_lib.loss_scaled_step(
             grads, scale=self._current_scale(),
             already_unscaled=already_unscaled,
             apply=lambda g: self._apply_inner(g, variables),
             skip=self._skip_inner, variables=self._scale_variables,
             rule=self._settings.rule() if self.dynamic else None, keep=keep,
-            verdict=verdict)
+            verdict=verdict, record=self._skip_recorder(grads, variables))
+        if tf.executing_eagerly():
+            self.raise_if_stuck()
+        return finite
 
     def _apply_inner(self, grads: List[Any], variables: List[Any]) -> None:
         """Applies unscaled gradients with the inner optimizer."""
