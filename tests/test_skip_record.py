@@ -210,3 +210,22 @@ def test_the_finite_path_gains_no_op_per_variable():
     # cond: the same 10 whatever the number of variables, and no op runs.
     assert added[4] == added[8] == collections.Counter({"Placeholder": 10})
     assert not _finite_path_ops(4, False) - _finite_path_ops(4, True)
+
+
+def test_a_nan_on_replica_1_only_is_traced_to_replica_1(mirrored_strategy):
+    with mirrored_strategy.scope():
+        a, b = _two_variables()
+        opt = tf_lossscale.LossScaleOptimizer(keras.optimizers.SGD(0.1))
+        opt.build([a, b])
+
+    def replica_step() -> None:
+        replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+        nan = tf.where(tf.equal(replica, 1), NAN, 1.0)
+        opt.apply([tf.ones(3), tf.stack([1.0, nan])], [a, b])
+
+    tf.function(lambda: mirrored_strategy.run(replica_step))()
+    record = opt.last_skip
+    assert (record.replica, record.replicas, record.names) == (1, 1, ("b",))
+    assert str(record) == ("step 0 skipped on replica 1: 1 of 2 gradients "
+                           "non-finite (NaN): b; scale 2^15")
+    np.testing.assert_array_equal(b.numpy(), [1.0, 1.0])
