@@ -214,8 +214,13 @@ class LossScaleMonitor(keras.callbacks.Callback):
 
     def _say(self, line: str) -> None:
         self.lines.append(line)
-        if self.report:
-            self.print_fn(line)
+        if not self.report:
+            return
+        # A progress bar (verbose=1) redraws its line with '\r' and ends
+        # it only at the epoch's end: start a line of our own.
+        params = getattr(self, "params", None) or {}
+        bar = self.print_fn is print and params.get("verbose") == 1
+        self.print_fn(("\n" if bar else "") + line)
 
     def _stop(self, step: int, scale: float) -> None:
         self.model.stop_training = True

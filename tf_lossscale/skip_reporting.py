@@ -125,8 +125,10 @@ class SkipReporting:
             return
         record = self.last_skip
         iterations = int(tf.convert_to_tensor(self.iterations))
+        # A later step (applied) ended the run; inside a failed traced step
+        # `iterations` may or may not have advanced past the record.
         if (record is None or record.streak < limit
-                or record.step + 1 != iterations):
+                or record.step + 1 < iterations):
             return
         scale = float(tf.convert_to_tensor(getattr(self, "loss_scale")))  # noqa: B009
         floor = float(getattr(self, "min_scale", 0.0))
