@@ -229,3 +229,48 @@ def test_a_nan_on_replica_1_only_is_traced_to_replica_1(mirrored_strategy):
     assert str(record) == ("step 0 skipped on replica 1: 1 of 2 gradients "
                            "non-finite (NaN): b; scale 2^15")
     np.testing.assert_array_equal(b.numpy(), [1.0, 1.0])
+
+
+def _checkpoint_keys(path: str) -> Set[str]:
+    return {name for name, _ in tf.train.list_variables(path)}
+
+
+def _skipping_optimizer(**kwargs: Any):
+    a, b = _two_variables()
+    opt = tf_lossscale.LossScaleOptimizer(keras.optimizers.SGD(0.1), **kwargs)
+    opt.build([a, b])
+    for grads in ([tf.ones(3), tf.constant([NAN, 1.0])],) * 2:
+        opt.apply(grads, [a, b])
+    return opt
+
+
+def test_save_telemetry_keeps_the_counters_across_a_resume(tmp_path):
+    saved = _skipping_optimizer(save_telemetry=True)
+    assert saved.get_config()["save_telemetry"] is True
+    path = tf.train.Checkpoint(optimizer=saved).save(str(tmp_path / "with"))
+    resumed = _skipping_optimizer(save_telemetry=True)
+    resumed.apply([tf.ones(3), tf.ones(2)], resumed._trainable_variables)
+    status = tf.train.Checkpoint(optimizer=resumed).restore(path)
+    status.assert_consumed()
+    assert int(resumed.skipped_steps) == 2
+    record = resumed.last_skip
+    assert (record.step, record.streak, record.first_step) == (1, 2, 0)
+    # The next skip continues the run it restored.
+    resumed.apply([tf.ones(3), tf.constant([NAN, 1.0])],
+                  resumed._trainable_variables)
+    assert resumed.last_skip.streak == 3 and int(resumed.skipped_steps) == 3
+
+    default = _skipping_optimizer()
+    plain = tf.train.Checkpoint(optimizer=default).save(
+        str(tmp_path / "without"))
+    keras_own = keras.mixed_precision.LossScaleOptimizer(
+        keras.optimizers.SGD(0.1))
+    keras_own.build(list(_two_variables()))
+    theirs = tf.train.Checkpoint(optimizer=keras_own).save(
+        str(tmp_path / "keras"))
+    # Without the option, the keys are exactly Keras' own; with it, four more.
+    assert _checkpoint_keys(plain) == _checkpoint_keys(theirs)
+    extra = _checkpoint_keys(path) - _checkpoint_keys(plain)
+    assert sorted(k.split("/")[-3] for k in extra) == [
+        "last_skip_step", "skip_streak", "skip_streak_first_step",
+        "skipped_steps"], extra

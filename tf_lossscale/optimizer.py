@@ -153,6 +153,10 @@ class LossScaleOptimizer(SkipReporting, OptimizerConfig):
         the step that completes that many skipped steps in a row raises
         `SkipStreakError` naming the variables and the scale (see
         `skip_reporting`); with a fixed scale too.
+      save_telemetry: False (default: checkpoints hold the originals' keys
+        only), or True: `skipped_steps` and the record of the run of
+        skipped steps are saved and restored with `tf.train.Checkpoint`,
+        under the inner optimizer's `loss_scale_telemetry` child.
 
     Raises:
       TypeError: `inner_optimizer` is not an optimizer of a supported Keras,
@@ -193,7 +197,8 @@ class LossScaleOptimizer(SkipReporting, OptimizerConfig):
                  min_scale: float = 1.0, max_scale: Optional[float] = None,
                  growth_factor: float = 2.0, backoff_factor: float = 0.5,
                  hysteresis: int = 1,
-                 max_consecutive_skips: Optional[int] = None) -> None:
+                 max_consecutive_skips: Optional[int] = None,
+                 save_telemetry: bool = False) -> None:
         # Reached only through a flavour's constructor, which calls
         # `_init_loss_scaling` with these arguments.
         raise NotImplementedError(
@@ -241,6 +246,8 @@ class LossScaleOptimizer(SkipReporting, OptimizerConfig):
         """
         self._untracked = _Untracked(variables)
         self._make_skip_record()
+        if self._settings.save_telemetry:
+            self._track_telemetry(self.inner_optimizer, variables.skipped)
 
     @property
     def _scale_variables(self) -> step_lib.ScaleVariables:

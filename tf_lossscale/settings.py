@@ -38,10 +38,13 @@ KNOB_DEFAULTS: Dict[str, Any] = {
     "hysteresis": 1,
 }
 
-# Keyword-only knobs that stop a stuck run, for a fixed scale too; at
-# these defaults nothing stops and no knob appears in a config.
+# Keyword-only knobs of the skip telemetry (stop a stuck run; save the
+# counters in checkpoints), for a fixed scale too; at these defaults
+# nothing stops, checkpoints hold the originals' keys only, and no knob
+# appears in a config.
 STOP_DEFAULTS: Dict[str, Any] = {
     "max_consecutive_skips": None,
+    "save_telemetry": False,
 }
 
 
@@ -58,6 +61,7 @@ class Settings:
     backoff_factor: float = 1.0 / state_machine.DEFAULT_MULTIPLIER
     hysteresis: int = 1
     max_consecutive_skips: Optional[int] = None
+    save_telemetry: bool = False
 
     def rule(self) -> state_machine.Rule:
         """The transition constants (dynamic settings only)."""
@@ -175,6 +179,12 @@ def _check_stops(stops: Dict[str, Any]) -> Dict[str, Any]:
         checked["max_consecutive_skips"] = _checks.check_int(
             "max_consecutive_skips", checked["max_consecutive_skips"],
             minimum=1)
+    if not isinstance(checked["save_telemetry"], bool):
+        raise TypeError(
+            "save_telemetry must be a bool (True saves skipped_steps and "
+            "the run of skipped steps in checkpoints); got "
+            f"{checked['save_telemetry']!r} of type "
+            f"{type(checked['save_telemetry']).__name__}.")
     return checked
 
 

@@ -49,6 +49,22 @@ class SkipReporting:
         self._reporting = _Reporting(skip_record.make_variables(),
                                      tf.distribute.get_strategy())
 
+    def _track_telemetry(self, parent: Any, skipped: Any) -> None:
+        """Makes the counters checkpoint dependencies of `parent` (the inner
+        optimizer: the checkpoint root of every flavour's own state)."""
+        holder = tf.Module(name="loss_scale_telemetry")
+        record = self._reporting.variables
+        holder.skipped_steps = skipped
+        holder.last_skip_step = record.step
+        holder.skip_streak = record.streak
+        holder.skip_streak_first_step = record.first_step
+        _tf_private.track_child(parent, holder, "loss_scale_telemetry")
+
+    @property
+    def save_telemetry(self) -> bool:
+        """Whether checkpoints hold `skipped_steps` and the skip run."""
+        return self._settings.save_telemetry
+
     @property
     def max_consecutive_skips(self) -> Optional[int]:
         """Skipped steps in a row after which a step raises (None: never)."""

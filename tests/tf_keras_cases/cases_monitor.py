@@ -231,3 +231,36 @@ def test_a_nan_on_replica_1_only_reaches_every_replica_in_the_sum(
     assert (record.replica, record.replicas, record.names) == (0, 2, ("b",))
     assert str(record) == ("step 0 skipped on replica 0 (and 1 other): 1 of "
                            "2 gradients non-finite (NaN): b; scale 2^15")
+
+
+@pytest.mark.parametrize("sgd", FAMILIES)
+def test_save_telemetry_keeps_the_counters_across_a_resume(sgd, tmp_path):
+    def skipping(skips: int = 2, **kwargs: Any) -> Any:
+        """An applied step (all variables made), then `skips` skipped."""
+        var = tf.Variable([1.0, 1.0], name="w")
+        opt = tf_lossscale.LossScaleOptimizer(sgd(0.1), **kwargs)
+        opt.apply_gradients([(tf.ones(2), var)])
+        for _ in range(skips):
+            opt.apply_gradients([(tf.constant([float("nan"), 1.0]), var)])
+        return opt, var
+
+    saved, var = skipping(save_telemetry=True)
+    path = tf.train.Checkpoint(optimizer=saved, var=var).save(
+        str(tmp_path / "with"))
+    resumed, var = skipping(0, save_telemetry=True)
+    assert resumed.last_skip is None
+    tf.train.Checkpoint(optimizer=resumed, var=var).restore(
+        path).assert_consumed()
+    assert int(resumed.skipped_steps) == 2
+    assert (resumed.last_skip.step, resumed.last_skip.streak) == (2, 2)
+
+    plain = tf.train.Checkpoint(optimizer=skipping()[0], var=var).save(
+        str(tmp_path / "without"))
+    own = tf_keras.mixed_precision.LossScaleOptimizer(sgd(0.1))
+    own.apply_gradients([(tf.ones(2), var)])
+    theirs = tf.train.Checkpoint(optimizer=own, var=var).save(
+        str(tmp_path / "theirs"))
+    keys = [{k for k, _ in tf.train.list_variables(p)}
+            for p in (path, plain, theirs)]
+    assert keys[1] == keys[2]  # Default: exactly tf_keras' own keys.
+    assert len(keys[0] - keys[1]) == 4
