@@ -24,13 +24,14 @@ frozen `SkipRecord`.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
 __all__ = [
     "MAX_NAMED", "RecordVariables", "SkipRecord", "SkipStreakError",
-    "make_variables", "read", "recorder"]
+    "make_variables", "read", "recorder", "scale_text"]
 
 # How many non-finite gradients a record names.
 MAX_NAMED = 8
@@ -110,7 +111,6 @@ class SkipRecord:
 
 def scale_text(scale: float) -> str:
     """`2^14` for a power of two, else the number."""
-    import math
     if scale > 0 and math.isfinite(scale):
         exponent = math.log2(scale)
         if exponent == int(exponent):
