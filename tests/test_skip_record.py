@@ -274,3 +274,29 @@ def test_save_telemetry_keeps_the_counters_across_a_resume(tmp_path):
     assert sorted(k.split("/")[-3] for k in extra) == [
         "last_skip_step", "skip_streak", "skip_streak_first_step",
         "skipped_steps"], extra
+
+
+def test_the_tf1_optimizer_stops_a_session_loop_after_k_skips():
+    with tf.Graph().as_default():
+        w = tf.compat.v1.get_variable("w", initializer=[1.0, 2.0],
+                                      use_resource=True)
+        x = tf.compat.v1.placeholder(tf.float32, [2])
+        opt = tf_lossscale.MixedPrecisionLossScaleOptimizer(
+            tf.compat.v1.train.GradientDescentOptimizer(0.1), "dynamic",
+            max_consecutive_skips=2)
+        train = opt.minimize(tf.reduce_sum(w * x))
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for row in ([NAN, 1.0], [1.0, 1.0], [NAN, 1.0]):
+                sess.run(train, {x: row})  # The applied step ends the run.
+            with pytest.raises(
+                    tf.errors.InvalidArgumentError,
+                    match=r"SkipStreakError: 2 steps in a row were skipped "
+                          r"\(max_consecutive_skips=2\); the last had "
+                          r"non-finite gradients: w; scale \d+"):
+                sess.run(train, {x: [NAN, 1.0]})
+            np.testing.assert_allclose(sess.run(w), [0.9, 1.9])
+    with pytest.raises(ValueError, match="max_consecutive_skips"):
+        tf_lossscale.MixedPrecisionLossScaleOptimizer(
+            tf.compat.v1.train.GradientDescentOptimizer(0.1), "dynamic",
+            max_consecutive_skips=0)
