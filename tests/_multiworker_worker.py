@@ -165,13 +165,31 @@ class History(keras.callbacks.Callback):
         print(f"step {batch} done", flush=True)
 
 
+MONITOR_LINES = []  # What LossScaleMonitor printed (ours, fit).
+
+
 def train_fit(strategy, model, optimizer, dataset, args):
     with strategy.scope():
         model.compile(optimizer=optimizer, loss="mse", jit_compile=False)
     history = History(optimizer, args.optimizer)
+    callbacks = [history]
+    if args.optimizer == "ours":
+        import tf_lossscale
+        callbacks.append(tf_lossscale.LossScaleMonitor(
+            print_fn=MONITOR_LINES.append))
     model.fit(dataset, epochs=1, steps_per_epoch=args.steps, verbose=0,
-              callbacks=[history])
+              callbacks=callbacks)
     return history.snapshots
+
+
+def skip_report(optimizer, kind):
+    """What `last_skip` says after the run (ours only)."""
+    if kind != "ours" or optimizer.last_skip is None:
+        return {}
+    record = optimizer.last_skip
+    return {"last_skip": str(record), "skip_worker": record.worker,
+            "skip_replica": record.replica, "skip_names": list(record.names),
+            "monitor_lines": MONITOR_LINES}
 
 
 def train_loop(strategy, model, optimizer, dataset, args):
@@ -226,7 +244,8 @@ def main(argv):
     snapshots = train(strategy, model, optimizer, dataset, args)
     workers = final_barrier(strategy)
     result = dict(snapshot(model, optimizer, args.optimizer),
-                  task_id=task_id, workers=workers, history=snapshots)
+                  task_id=task_id, workers=workers, history=snapshots,
+                  **skip_report(optimizer, args.optimizer))
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
     print(f"worker {task_id} done", flush=True)

@@ -151,16 +151,38 @@ def assert_both_skipped_in_step(run: Run) -> None:
     assert first["iterations"] == STEPS
 
 
+def assert_both_name_worker_1(run: Run) -> None:
+    """Both workers' `last_skip` says the NaN was on worker 1, and which
+    variables: the NaN input makes every gradient of the step NaN."""
+    first, second = run.results
+    assert first["last_skip"] == second["last_skip"], run.describe()
+    assert (first["skip_worker"], first["skip_replica"]) == (1, 1)
+    assert len(first["skip_names"]) == 4
+    assert first["last_skip"].startswith(
+        f"step {NAN_STEP} skipped on worker 1: 4 of 4 gradients non-finite "
+        f"(NaN): {first['skip_names'][0]}, "), first["last_skip"]
+
+
 @pytest.mark.slow
 def test_fit_nan_on_one_worker_is_skipped_by_both(tmp_path):
     run = run_workers(worker_args("ours", "fit", 60), tmp_path)
     assert_both_skipped_in_step(run)
+    assert_both_name_worker_1(run)
+    for result in run.results:  # The monitor printed it on both workers.
+        assert result["monitor_lines"] == [
+            result["last_skip"] + " -> " + _power_of_two(
+                result["history"][NAN_STEP]["scale"])], run.describe()
+
+
+def _power_of_two(scale: float) -> str:
+    return f"2^{int(scale).bit_length() - 1}"
 
 
 @pytest.mark.slow
 def test_custom_loop_nan_on_one_worker_is_skipped_by_both(tmp_path):
     run = run_workers(worker_args("ours", "loop", 60), tmp_path)
     assert_both_skipped_in_step(run)
+    assert_both_name_worker_1(run)
 
 
 @pytest.mark.slow

@@ -11,6 +11,8 @@ EXPECTED = [
     "LossScaleMonitor",  # API.md section 7
     "LossScaleOptimizer",
     "MixedPrecisionLossScaleOptimizer",
+    "SkipRecord",  # why a step was skipped (optimizer.last_skip)
+    "SkipStreakError",  # max_consecutive_skips
     "deserialize",
     "experimental",
     "get",
@@ -32,7 +34,7 @@ def test_the_optimizer_shows_its_real_signature():
     assert list(parameters) == [
         "inner_optimizer", "dynamic", "initial_scale", "dynamic_growth_steps",
         "min_scale", "max_scale", "growth_factor", "backoff_factor",
-        "hysteresis"]
+        "hysteresis", "max_consecutive_skips", "save_telemetry"]
     assert parameters["dynamic"].default is True
     assert parameters["min_scale"].kind is inspect.Parameter.KEYWORD_ONLY
     experimental = inspect.signature(

@@ -4,7 +4,8 @@ The documented TensorFlow loss-scaling API (`LossScale`, `FixedLossScale`,
 `DynamicLossScale`, the Keras `LossScaleOptimizer` and its deprecated
 `experimental` twin, the TF1 `MixedPrecisionLossScaleOptimizer`) on today's
 TensorFlow, with Keras 3 and tf_keras; plus `LossScaleMonitor`, a Keras
-callback that logs the loss scale and the skipped steps.
+callback that logs the loss scale and the skipped steps, and says which
+gradients made a step skip (`SkipRecord`, `SkipStreakError`).
 
 This file is the top layer: it imports the public names and says which
 module serves which Keras (`optimizer.add_flavour_loader`). Importing it
@@ -27,6 +28,8 @@ __all__ = (
     "LossScaleMonitor",
     "LossScaleOptimizer",
     "MixedPrecisionLossScaleOptimizer",
+    "SkipRecord",
+    "SkipStreakError",
     "deserialize",
     "experimental",
     "get",
@@ -41,6 +44,8 @@ _HOMES = {
     "LossScaleMonitor": "tf_lossscale.monitor",
     "LossScaleOptimizer": "tf_lossscale.optimizer",
     "MixedPrecisionLossScaleOptimizer": "tf_lossscale.v1_optimizer",
+    "SkipRecord": "tf_lossscale.skip_record",
+    "SkipStreakError": "tf_lossscale.skip_record",
     "deserialize": "tf_lossscale.loss_scale",
     "get": "tf_lossscale.loss_scale",
     "serialize": "tf_lossscale.loss_scale",

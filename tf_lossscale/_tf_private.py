@@ -18,7 +18,7 @@ from tensorflow.python.platform import tf_logging as _tf_logging
 
 Trackable = tf.__internal__.tracking.Trackable
 
-__all__ = ["DelegatingTrackableMixin", "Trackable",
+__all__ = ["DelegatingTrackableMixin", "Trackable", "in_xla_context",
            "is_wrapped_by_loss_scale_optimizer",
            "keras_check_variables_are_known", "keras_iterations_variable",
            "mark_wrapped_by_loss_scale_optimizer",
@@ -52,6 +52,18 @@ def strategy_supports_no_merge_call() -> bool:
     where the step is traced. No public spelling.
     """
     return tf.__internal__.distribute.strategy_supports_no_merge_call()
+
+
+def in_xla_context() -> bool:
+    """Whether the graph being traced will be compiled by XLA.
+
+    A step traced for XLA (`jit_compile=True`) can hold no string op and no
+    assertion (XLA drops them); the skip record's optional check is left
+    out there. No public spelling.
+    """
+    from tensorflow.python.ops import control_flow_util
+    return bool(control_flow_util.GraphOrParentsInXlaContext(
+        tf.compat.v1.get_default_graph()))
 
 
 def keras_iterations_variable(optimizer):

@@ -7,7 +7,10 @@ scale and the skipped steps. The scale starts far too high (2**24): the
 first float16 gradients overflow, those steps are skipped and the scale
 halves until the gradients fit. Then every `dynamic_growth_steps` (10, not
 the usual 2000) finite steps it doubles, until it overflows again and backs
-off: the saw-tooth that dynamic loss scaling is.
+off: the saw-tooth that dynamic loss scaling is. Two thirds of the way in,
+it plants one overflow in a known layer (`hidden_2`'s kernel gradient is
+multiplied by the largest float16 for one step), and the monitor's line
+names that layer.
 
 It prints what it is about to show, the progress bar, and a short summary,
 and writes into `out_dir`:
@@ -34,6 +37,8 @@ DEFAULT_STEPS = 240
 BATCH_SIZE = 64
 GROWTH_STEPS = 10
 INITIAL_SCALE = 2.0**24
+PLANTED_LAYER = "hidden_2"
+FLOAT16_MAX = 65504.0
 CSV_NAME = "trajectory.csv"
 PNG_NAME = "loss_scale.png"
 CSV_COLUMNS = ("step", "epoch", "loss", "loss_scale", "skipped")
@@ -63,7 +68,8 @@ def _intro() -> str:
         "the progress bar shows loss_scale and skipped_steps.",
         f"Extreme on purpose: the scale starts at {_power(INITIAL_SCALE)} "
         f"(float16 gradients overflow at once) and doubles every "
-        f"{GROWTH_STEPS} good steps (default: 2000)."])
+        f"{GROWTH_STEPS} good steps (default: 2000). One overflow is "
+        f"planted in layer {PLANTED_LAYER}: the monitor's line names it."])
 
 
 def _make_data(samples: int) -> Tuple[np.ndarray, np.ndarray]:
@@ -74,17 +80,47 @@ def _make_data(samples: int) -> Tuple[np.ndarray, np.ndarray]:
     return x, y.astype("float32")
 
 
+def _planted_dense(keras: Any, units: int, seed: int, name: str) -> Any:
+    """A relu `Dense`-like layer whose kernel gradient is multiplied by its
+    `fault` weight (1, or the largest float16 for the planted step)."""
+    import tensorflow as tf
+
+    @tf.custom_gradient
+    def hook(kernel: Any, fault: Any) -> Any:
+        def grad(upstream: Any) -> Any:
+            return upstream * tf.cast(fault, upstream.dtype), tf.zeros_like(
+                fault)
+        return tf.identity(kernel), grad
+
+    class PlantedDense(keras.layers.Layer):
+        def build(self, input_shape: Any) -> None:
+            self.kernel = self.add_weight(
+                name="kernel", shape=(int(input_shape[-1]), units),
+                initializer=keras.initializers.GlorotUniform(seed=seed))
+            self.bias = self.add_weight(name="bias", shape=(units,),
+                                        initializer="zeros")
+            self.fault = self.add_weight(name="fault", shape=(),
+                                         initializer="ones", trainable=False)
+
+        def call(self, x: Any) -> Any:
+            kernel = hook(tf.cast(self.kernel, x.dtype),
+                          tf.cast(self.fault, x.dtype))
+            return tf.nn.relu(tf.matmul(x, kernel)
+                              + tf.cast(self.bias, x.dtype))
+
+    return PlantedDense(name=name)
+
+
 def _make_model(keras: Any) -> Any:
     init = keras.initializers.GlorotUniform
     return keras.Sequential([
         keras.Input((8,)),
         keras.layers.Dense(64, activation="relu",
-                           kernel_initializer=init(seed=1)),
-        keras.layers.Dense(64, activation="relu",
-                           kernel_initializer=init(seed=2)),
+                           kernel_initializer=init(seed=1), name="hidden_1"),
+        _planted_dense(keras, 64, seed=2, name=PLANTED_LAYER),
         # The output in float32, as Keras' mixed precision guide advises.
         keras.layers.Dense(1, dtype="float32",
-                           kernel_initializer=init(seed=3)),
+                           kernel_initializer=init(seed=3), name="out"),
     ])
 
 
@@ -99,6 +135,21 @@ def _train(steps: int, epochs: int) -> Tuple[List[Step], float]:
         keras.optimizers.Adam(1e-3), initial_scale=INITIAL_SCALE,
         dynamic_growth_steps=GROWTH_STEPS)
     history: List[Step] = []
+    earliest = steps * 2 // 3  # 0-based, as `iterations` counts.
+
+    class Planter(keras.callbacks.Callback):
+        """Sets the planted layer's fault for one step: the first from
+        two thirds in that follows an applied step, so that it begins a
+        run of skips of its own (the monitor prints one line per run)."""
+
+        planted = False
+
+        def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+            plant = (not self.planted and len(history) >= earliest
+                     and not history[-1].skipped)
+            self.planted = self.planted or plant
+            self.model.get_layer(PLANTED_LAYER).fault.assign(
+                FLOAT16_MAX if plant else 1.0)
 
     class Recorder(keras.callbacks.Callback):
         """Listed after the monitor, so its `logs` hold the scale and count.
@@ -133,7 +184,8 @@ def _train(steps: int, epochs: int) -> Tuple[List[Step], float]:
         model.compile(optimizer=opt, loss="mse")
         assert model.optimizer is opt  # Not wrapped a second time.
         model.fit(x, y, batch_size=BATCH_SIZE, epochs=epochs, shuffle=False,
-                  callbacks=[tf_lossscale.LossScaleMonitor(), Recorder()],
+                  callbacks=[Planter(), tf_lossscale.LossScaleMonitor(),
+                             Recorder()],
                   verbose=1)
     finally:
         keras.mixed_precision.set_global_policy(previous_policy)

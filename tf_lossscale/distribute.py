@@ -17,7 +17,7 @@ behaviour: the verdict is the local one, and a `tf.cond` picks the branch.
 
 from __future__ import annotations
 
-from typing import Any, Callable, List
+from typing import Any, Callable, List, Optional
 
 import tensorflow as tf
 
@@ -200,7 +200,9 @@ def branch(verdict: Any, apply: Callable[[], Any],
 
 def apply_or_skip(verdict: tf.Tensor, grads: List[Any],
                   apply: Callable[[List[Any]], Any],
-                  skip: Callable[[], Any]) -> Any:
+                  skip: Callable[[], Any],
+                  record: Optional[Callable[[List[Any]], Any]] = None
+                  ) -> Any:
     """Runs `apply(grads)` if `verdict`, else `skip()`, from a replica context.
 
     `verdict` must already be the same on every replica (`agree`): each
@@ -209,10 +211,15 @@ def apply_or_skip(verdict: tf.Tensor, grads: List[Any],
     (MirroredStrategy on CPU, or without XLA) cannot hold a `merge_call`
     inside a branch traced in a replica context, so there the branch is
     taken in the cross-replica context and `apply` runs per replica, as
-    Keras' own optimizers do. Returns what `branch` returns.
+    Keras' own optimizers do. `record(grads)`, if given, runs in the skip
+    branch only, before `skip`, in each replica's context (it may hold
+    collectives: every replica takes the same branch). Returns what
+    `branch` returns.
     """
     if _tf_private.strategy_supports_no_merge_call():
-        return branch(verdict, lambda: apply(grads), skip)
+        def skip_here() -> Any:
+            return [record(grads), skip()] if record else skip()
+        return branch(verdict, lambda: apply(grads), skip_here)
 
     # `grads` pass through merge_call's args: there they are each replica's
     # own (a closure would hold only the first replica's).
@@ -220,10 +227,16 @@ def apply_or_skip(verdict: tf.Tensor, grads: List[Any],
                       grads: Any) -> Any:
         # Every replica holds the same agreed verdict; read the first.
         first = strategy.experimental_local_results(verdict)[0]
+
+        def skip_here() -> Any:
+            if record is None:
+                return skip()
+            return [strategy.extended.call_for_each_replica(
+                record, args=(grads,)), skip()]
         return branch(first,
                       lambda: strategy.extended.call_for_each_replica(
                           apply, args=(grads,)),
-                      skip)
+                      skip_here)
 
     return tf.distribute.get_replica_context().merge_call(
         cross_replica, args=(verdict, grads))

@@ -18,6 +18,16 @@ It reads three scalars per batch (the scale, the skip count and
 `iterations`), in Python, after the step has run: the traced train step
 gains no op and no host sync.
 
+It says why a step was skipped, quietly enough for a million-step run
+(`report=True`, the default): one line when a run of skipped steps
+begins, from the optimizer's `last_skip` (read only then), e.g.
+`step 1234 skipped on replica 0: 3 of 80 gradients non-finite (Inf):
+dense_7/kernel, dense_7/bias, ...; scale 2^14 -> 2^13`, and one more if the
+run goes on to reach `min_scale` (then it is likely a real NaN, not
+overflow). `skip_streak` (skipped steps in a row) and
+`nonfinite_gradients` (non-finite gradients of the batch's last skipped
+step, 0 if none was) go into `logs` too.
+
 With `max_consecutive_skips=K` it stops training after K skipped steps in a
 row and warns once: a scale that keeps falling while every step is skipped
 is a NaN or Inf that no loss scale can fix (bad data or a bug), not float16
@@ -29,18 +39,20 @@ from __future__ import annotations
 import sys
 import types
 import warnings
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import keras
 import tensorflow as tf
 
-from tf_lossscale import _checks
+from tf_lossscale import _checks, skip_record
 from tf_lossscale import optimizer as optimizer_lib
+from tf_lossscale import settings as settings_lib
 
 __all__ = ["LOGGED_KEYS", "LossScaleMonitor"]
 
 # The keys the monitor adds to `logs`.
-LOGGED_KEYS = ("loss_scale", "skipped_steps")
+LOGGED_KEYS = ("loss_scale", "skipped_steps", "skip_streak",
+               "nonfinite_gradients")
 
 
 def _read_int(value: Any) -> int:
@@ -69,6 +81,10 @@ class LossScaleMonitor(keras.callbacks.Callback):
       max_consecutive_skips: None (never stop), or an int >= 1: stop
         training (`model.stop_training = True`) after that many skipped
         steps in a row, with one warning naming the step and the scale.
+      report: print a line when a run of skipped steps begins (which
+        gradients were NaN or Inf, the scale), and one when such a run
+        reaches `min_scale`; the lines are kept in `lines` too.
+      print_fn: what prints a line (default `print`).
 
     Raises:
       ValueError: `max_consecutive_skips` is not None or an int >= 1.
@@ -76,8 +92,15 @@ class LossScaleMonitor(keras.callbacks.Callback):
         `tf_lossscale.LossScaleOptimizer`.
     """
 
-    def __init__(self, max_consecutive_skips: Optional[int] = None) -> None:
+    def __init__(self, max_consecutive_skips: Optional[int] = None, *,
+                 report: bool = True,
+                 print_fn: Callable[[str], Any] = print) -> None:
         super().__init__()
+        self.report = report
+        self.print_fn = print_fn
+        self.lines: List[str] = []  # What it printed, in order.
+        self._nonfinite = 0
+        self._floor_said = False
         if max_consecutive_skips is not None:
             max_consecutive_skips = _checks.check_int(
                 "max_consecutive_skips", max_consecutive_skips, minimum=1)
@@ -131,19 +154,26 @@ class LossScaleMonitor(keras.callbacks.Callback):
     def on_train_batch_end(self, batch: int,
                            logs: Optional[Dict[str, Any]] = None) -> None:
         scale, skipped, iterations = self._read()
-        if logs is not None:
-            logs.update(loss_scale=scale, skipped_steps=skipped)
         new = skipped - self._last_skipped
         steps = iterations - self._last_iterations
+        self._nonfinite = 0
         if new and new >= steps:  # Every step of this batch was skipped.
             if not self._run:
                 self._run_start_scale = self._scale
+                self._floor_said = False
+            self._report(new, scale, starts=not self._run)
             self._run += new
         else:
+            if new:
+                self._report(new, scale, starts=True)
             # With several steps per batch (`steps_per_execution`), a batch
             # that skipped some of them may end on a skipped step; the run
             # restarts anyway, so the monitor may stop later, never early.
             self._run = 0
+        if logs is not None:
+            logs.update(loss_scale=scale, skipped_steps=skipped,
+                        skip_streak=self._run,
+                        nonfinite_gradients=self._nonfinite)
         self._last_skipped, self._last_iterations = skipped, iterations
         self._scale = scale
         if (self.max_consecutive_skips is not None
@@ -154,7 +184,43 @@ class LossScaleMonitor(keras.callbacks.Callback):
                      logs: Optional[Dict[str, Any]] = None) -> None:
         if logs is not None:
             scale, skipped, _ = self._read()
-            logs.update(loss_scale=scale, skipped_steps=skipped)
+            logs.update(loss_scale=scale, skipped_steps=skipped,
+                        skip_streak=self._run,
+                        nonfinite_gradients=self._nonfinite)
+
+    def _report(self, new: int, scale: float, starts: bool) -> None:
+        """Reads the last skip (a batch skipped); says so when a run begins
+        or, once per run, when it reaches `min_scale`."""
+        optimizer = self._optimizer()
+        record = optimizer.last_skip
+        if record is None:
+            return
+        self._nonfinite = record.count
+        # Skipped although it already used the floor: no back-off helps.
+        at_floor = optimizer.dynamic and record.scale <= max(
+            optimizer.min_scale, settings_lib.SMALLEST_NORMAL_FLOAT32)
+        if starts:
+            self._say(f"{record}{_change(record.scale, scale)}")
+        if at_floor and not self._floor_said and record.streak > 1:
+            self._floor_said = True
+            self._say(
+                f"steps {record.first_step}-{record.step}: "
+                f"{record.streak} skipped in a row, the last at min_scale "
+                f"({skip_record.scale_text(record.scale)}): this looks "
+                f"like a real NaN/Inf, not float16 overflow (bad input "
+                f"data, a log or division of zero, a diverging learning "
+                f"rate); last: {record.count} of {record.total} gradients "
+                f"non-finite ({record.kind}): {', '.join(record.names)}")
+
+    def _say(self, line: str) -> None:
+        self.lines.append(line)
+        if not self.report:
+            return
+        # A progress bar (verbose=1) redraws its line with '\r' and ends
+        # it only at the epoch's end: start a line of our own.
+        params = getattr(self, "params", None) or {}
+        bar = self.print_fn is print and params.get("verbose") == 1
+        self.print_fn(("\n" if bar else "") + line)
 
     def _stop(self, step: int, scale: float) -> None:
         self.model.stop_training = True
@@ -177,6 +243,13 @@ class LossScaleMonitor(keras.callbacks.Callback):
             "as the scale falls is likely not overflow but bad input data "
             "(a NaN or Inf in a batch), a log or division of zero, or a "
             "diverging learning rate.", RuntimeWarning, stacklevel=2)
+
+
+def _change(before: float, after: float) -> str:
+    """` -> 2^13` when the scale moved, else nothing."""
+    if before == after or not before:
+        return ""
+    return f" -> {skip_record.scale_text(after)}"
 
 
 def _tf_keras_progress_bars(callback: Any) -> List[Any]:

@@ -1,23 +1,24 @@
-"""`LossScaleOptimizer`: the public class, its flavour registry, shared parts.
+"""`LossScaleOptimizer`: the public class and what every flavour shares.
 
 `tf_lossscale.LossScaleOptimizer(inner, ...)` builds the flavour that wraps
 `inner`. Each flavour module defines its class as a subclass of this one
-with `wraps=<predicate>`; `__init_subclass__` enters it in the registry of
-its nearest public ancestor (this class, or `experimental.
-LossScaleOptimizer` for the deprecated twins), and `__new__` picks the first
-registered flavour whose predicate accepts `inner`. This module imports no
-flavour; `tf_lossscale/__init__.py` says which module serves which Keras
-(`add_flavour_loader`), so a flavour whose Keras is not in use is never
-imported.
+with `wraps=<predicate>`; `__init_subclass__` enters it in the registry
+(`flavour_registry`) of its nearest public ancestor (this class, or
+`experimental.LossScaleOptimizer` for the deprecated twins), and `__new__`
+picks the first registered flavour whose predicate accepts `inner`. This
+module imports no flavour.
 
 Shared here, so that no flavour writes them again:
 
 - the attributes `dynamic`, `dynamic_counter`, `dynamic_growth_steps`,
   `initial_scale`, `loss_scale`, `skipped_steps` and the knobs;
-- `get_scaled_loss` / `get_unscaled_gradients`, and `GradientMarks`, which
-  tells `apply_gradients` whether its gradients are scaled;
-- `get_config` / `from_config`;
-- `InnerAttribute`, a hyperparameter read and written on the inner optimizer.
+- `get_scaled_loss` / `get_unscaled_gradients`, with `GradientMarks`
+  (`gradient_marks`), which tells `apply_gradients` whether its gradients
+  are scaled;
+- `get_config` / `from_config`.
+
+Beside it: `InnerAttribute` (`inner_attribute`), a hyperparameter read and
+written on the inner optimizer, and `check_gradients` (`gradient_check`).
 
 The step itself is `step.loss_scaled_step`. The methods a traced step
 calls are `tf.autograph.experimental.do_not_convert`: they hold no
@@ -27,20 +28,13 @@ AutoGraph converting them cost about 2 s on the first call of a process.
 
 from __future__ import annotations
 
-import importlib
 import inspect
-import os
-import sys
-import threading
-import weakref
 from typing import (
     Any,
     Callable,
     ClassVar,
     Dict,
     List,
-    Mapping,
-    NamedTuple,
     Optional,
     Sequence,
     Tuple,
@@ -50,10 +44,25 @@ from typing import (
 
 import tensorflow as tf
 
-from tf_lossscale import config_conversion
 from tf_lossscale import finite as finite_lib
+from tf_lossscale import flavour_registry
 from tf_lossscale import settings as settings_lib
 from tf_lossscale import step as step_lib
+
+# Re-exported: the flavours and tests reach them through this module.
+from tf_lossscale.flavour_registry import (  # noqa: F401
+    _REGISTRY,
+    Predicate,
+    add_flavour_loader,
+    legacy_keras_requested,
+    reject_loss_scale_optimizer,
+    wrong_family,
+)
+from tf_lossscale.gradient_check import check_gradients
+from tf_lossscale.gradient_marks import GradientMarks, Taken
+from tf_lossscale.inner_attribute import InnerAttribute
+from tf_lossscale.optimizer_config import OptimizerConfig
+from tf_lossscale.skip_reporting import SkipReporting
 
 __all__ = [
     "GradientMarks",
@@ -69,146 +78,6 @@ __all__ = [
 ]
 
 Loss = Union[tf.Tensor, Callable[[], tf.Tensor]]
-Predicate = Callable[[Any], bool]
-
-# Public class -> [(accepts inner optimizer?, flavour)], in definition order.
-_REGISTRY: Dict[type, List[Tuple[Predicate, "Type[LossScaleOptimizer]"]]] = {}
-# (top-level package of an optimizer's type, module that serves it).
-_LOADERS: List[Tuple[str, str]] = []
-
-
-def add_flavour_loader(package: str, module: str) -> None:
-    """Declares that `module` defines the flavour for `package`'s optimizers.
-
-    It is imported the first time an optimizer (or config) of `package` is
-    wrapped and no registered flavour accepts it.
-    """
-    if (package, module) not in _LOADERS:
-        _LOADERS.append((package, module))
-
-
-def _load_flavours(package: Optional[str]) -> bool:
-    """Imports the modules serving `package` (every package if None)."""
-    loaded = False
-    for name, module in _LOADERS:
-        if (package is None or name == package) and module not in sys.modules:
-            importlib.import_module(module)
-            loaded = True
-    return loaded
-
-
-def _type_name(obj: Any) -> str:
-    return f"{type(obj).__module__}.{type(obj).__qualname__}"
-
-
-def _loss_scale_optimizer_types() -> tuple:
-    """Every LossScaleOptimizer class loaded in this process."""
-    types: List[type] = [LossScaleOptimizer]
-    for package in ("keras", "tf_keras"):
-        module = sys.modules.get(package)  # Not loaded: nothing to reject.
-        if module is not None:
-            types.append(module.mixed_precision.LossScaleOptimizer)
-    return tuple(types)
-
-
-def reject_loss_scale_optimizer(inner_optimizer: Any) -> None:
-    """Raises `TypeError` if `inner_optimizer` is a LossScaleOptimizer.
-
-    Any of them: this package's, Keras 3's, tf_keras'. Wrapping one would
-    scale the loss twice and skip steps on a stale verdict.
-    """
-    if isinstance(inner_optimizer, _loss_scale_optimizer_types()):
-        raise TypeError(
-            "A LossScaleOptimizer cannot wrap another LossScaleOptimizer; got "
-            f"{_type_name(inner_optimizer)} "
-            f"{getattr(inner_optimizer, 'name', '')!r}. Pass the optimizer "
-            "it wraps (its `inner_optimizer`) instead.")
-
-
-def _variable_name(variable: Any) -> str:
-    """Keras 3's path, or a tf.Variable's name without its ':0' output index."""
-    return getattr(variable, "path", None) or variable.name.rsplit(":", 1)[0]
-
-
-def _shape_text(shape: tf.TensorShape) -> str:
-    return str(tuple(shape.as_list())) if shape.rank is not None else "?"
-
-
-def check_gradients(grads: Sequence[Any], variables: Sequence[Any]) -> None:
-    """Raises unless each gradient fits its variable (None is allowed).
-
-    A gradient must be floating point (the unscale would turn an integer
-    one into zeros) and have the variable's shape (for `tf.IndexedSlices`,
-    its rows must).
-
-    Raises:
-      TypeError: a gradient is not floating point.
-      ValueError: a gradient's shape does not fit its variable's.
-    """
-    for grad, variable in zip(grads, variables):
-        if grad is None:
-            continue
-        values = grad.values if isinstance(grad, tf.IndexedSlices) else grad
-        dtype = tf.as_dtype(values.dtype)
-        name = _variable_name(variable)
-        if not dtype.is_floating:
-            raise TypeError(
-                f"The gradient for variable {name!r} has dtype {dtype.name}; "
-                "gradients must be floating point (float16, bfloat16, "
-                "float32 or float64).")
-        shape = tf.TensorShape(values.shape)
-        expected = tf.TensorShape(variable.shape)
-        if isinstance(grad, tf.IndexedSlices):
-            shape, expected = shape[1:], expected[1:]
-        if not shape.is_compatible_with(expected):
-            raise ValueError(
-                f"The gradient for variable {name!r} has shape "
-                f"{_shape_text(shape)}, which does not fit the variable's "
-                f"shape {_shape_text(expected)}.")
-
-
-def wrong_family(inner_optimizer: Any, flavour: type,
-                 accepted: str) -> TypeError:
-    """The error of a flavour class called with what it does not wrap.
-
-    As tf_keras' class of each family refuses the other family's optimizers,
-    it names what was passed, what `flavour` accepts (`accepted`) and the
-    class to use: the public class the flavour is registered under, which
-    picks the flavour, and the flavour it picks for this optimizer.
-    """
-    public: Any = next(c for c in flavour.__mro__
-                       if vars(c).get("_PICKS_FLAVOUR"))
-    public_name = ("tf_lossscale.LossScaleOptimizer" if public is
-                   LossScaleOptimizer else
-                   f"{public.__module__}.{public.__qualname__}")
-    try:
-        right: Optional[type] = public._flavour_for(inner_optimizer)
-    except TypeError:
-        right = None
-    use = (f"Pass an optimizer it wraps, or use {public_name}, which builds "
-           "the class for each family" if right is None else
-           f"Use {public_name}, which builds the class for each family: for "
-           f"this one, {right.__module__}.{right.__qualname__}")
-    return TypeError(
-        f"{flavour.__name__} wraps one family of optimizers: {accepted}. Got "
-        f"{inner_optimizer!r} of type {_type_name(inner_optimizer)}. {use}.")
-
-
-def _frozen_keras_hint(inner_optimizer: Any) -> str:
-    """What to use instead of TensorFlow's frozen private Keras 2.4 copy."""
-    frozen = [cls for cls in type(inner_optimizer).__mro__
-              if cls.__module__.startswith("tensorflow.python.keras.")]
-    if not frozen:
-        return ""
-    return (" TensorFlow's frozen private copy of Keras 2.4 "
-            "(tensorflow.python.keras) is not supported: use the same "
-            f"optimizer from tf_keras.optimizers.legacy (tf_keras.optimizers."
-            f"legacy.{frozen[0].__name__}), which has its API.")
-
-
-def legacy_keras_requested() -> bool:
-    """Whether `tf.keras` is tf_keras in this process (TF's own test)."""
-    return os.environ.get("TF_USE_LEGACY_KERAS", "").lower() in ("1", "true")
 
 
 def skipped_steps_variable() -> tf.Variable:
@@ -233,142 +102,7 @@ class _Untracked:
         self.value = value
 
 
-class _Place:
-    """What happened at one place since its last apply."""
-
-    def __init__(self) -> None:
-        self.scaled_loss = False
-        self.unscaled_inputs: Optional[List[Any]] = None
-        self.unscaled_outputs: List[Any] = []
-        self.verdict: Optional[tf.Tensor] = None
-
-
-class Taken(NamedTuple):
-    """What `GradientMarks.take` found: whether the gradients are scaled
-    (None: no mark, the flavour decides), and the verdict that
-    `get_unscaled_gradients` computed if the gradients are its outputs."""
-
-    scaled: Optional[bool]
-    verdict: Optional[tf.Tensor] = None
-
-
-class GradientMarks:
-    """Tells `apply_gradients` whether its gradients still carry the scale.
-
-    The rule (API.md section 2), per place since the last apply:
-
-    - `get_unscaled_gradients` ran: the gradients are unscaled, unless they
-      are the very tensors that were passed to it (then they are scaled:
-      it only looked at them);
-    - else `get_scaled_loss` / `scale_loss` ran: scaled;
-    - else: the flavour's default (`None` here). `ever_unscaled` tells the
-      flavour whether `get_unscaled_gradients` ever ran, anywhere: code
-      that accumulates its unscaled gradients and applies them in another
-      `tf.function` (OpenNMT-tf, ALBERT pretraining) must not see them
-      unscaled a second time.
-
-    A place is a pair (graph, thread): the graph being traced (None when
-    eager) and the Python thread, because `MirroredStrategy` runs each
-    replica's step in a thread of its own. So the rule is exact inside
-    `tf.function` (each trace keeps its own marks; the decision is traced
-    into the graph) and under replicas.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.ever_unscaled = False
-        self._eager: Dict[int, _Place] = {}
-        self._traced: "weakref.WeakKeyDictionary[tf.Graph, Dict[int, _Place]]" = (
-            weakref.WeakKeyDictionary())
-
-    def _places(self) -> Dict[int, _Place]:
-        if tf.executing_eagerly():
-            return self._eager
-        return self._traced.setdefault(tf.compat.v1.get_default_graph(), {})
-
-    def _here(self) -> _Place:
-        return self._places().setdefault(threading.get_ident(), _Place())
-
-    def scaled_loss(self) -> None:
-        """Records that the loss was scaled here."""
-        with self._lock:
-            self._here().scaled_loss = True
-
-    def unscaled(self, inputs: Sequence[Any], outputs: Sequence[Any],
-                 verdict: tf.Tensor) -> None:
-        """Records that `inputs` were unscaled here into `outputs`, which
-        are all finite iff `verdict`."""
-        with self._lock:
-            self.ever_unscaled = True
-            place = self._here()
-            first = place.unscaled_inputs is None
-            place.unscaled_inputs = (place.unscaled_inputs or []) + [
-                g for g in inputs if g is not None]
-            place.unscaled_outputs = [g for g in outputs if g is not None]
-            place.verdict = verdict if first else None
-
-    def take(self, grads: Sequence[Any]) -> Taken:
-        """Whether `grads` are scaled, and their known verdict; forgets the
-        place."""
-        with self._lock:
-            place = self._places().pop(threading.get_ident(), None)
-        if place is None:
-            return Taken(None)
-        present = [g for g in grads if g is not None]
-        if place.unscaled_inputs is None:
-            return Taken(True if place.scaled_loss else None)
-        if present and all(_among(g, place.unscaled_inputs) for g in present):
-            return Taken(True)  # It only looked at them.
-        reused = place.verdict is not None and len(present) == len(
-            place.unscaled_outputs) and all(
-            g is x for g, x in zip(present, place.unscaled_outputs))
-        return Taken(False, place.verdict if reused else None)
-
-
-def _among(tensor: Any, tensors: List[Any]) -> bool:
-    return any(tensor is x for x in tensors)
-
-
-class InnerAttribute:
-    """A hyperparameter of the LossScaleOptimizer, kept on its inner optimizer.
-
-    An explicit, named property (as Keras writes `learning_rate`), declared
-    once per name: `momentum = InnerAttribute("momentum")`. Until the
-    instance has its `inner_optimizer`, writes are dropped: those are the
-    base optimizer constructor storing its own defaults, which a
-    LossScaleOptimizer does not use.
-    """
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-
-    def _inner(self, obj: Any) -> Any:
-        return vars(obj).get("inner_optimizer")
-
-    def __get__(self, obj: Any, objtype: Any = None) -> Any:
-        if obj is None:
-            return self
-        inner = self._inner(obj)
-        if inner is None or not hasattr(inner, self._name):
-            raise AttributeError(
-                f"{type(obj).__name__} has no {self._name!r}: it reads that "
-                "hyperparameter from its inner optimizer "
-                f"{type(inner).__name__}, which has none.")
-        return getattr(inner, self._name)
-
-    def __set__(self, obj: Any, value: Any) -> None:
-        inner = self._inner(obj)
-        if inner is None:
-            return
-        if not hasattr(inner, self._name):
-            raise AttributeError(
-                f"Cannot set {self._name!r} on {type(obj).__name__}: its "
-                f"inner optimizer {type(inner).__name__} has no such "
-                "hyperparameter.")
-        setattr(inner, self._name, value)
-
-
-class LossScaleOptimizer:
+class LossScaleOptimizer(SkipReporting, OptimizerConfig):
     """An optimizer that scales the loss so float16 gradients do not underflow.
 
     Wraps a Keras 3 or a tf_keras optimizer (of either tf_keras family) and
@@ -415,6 +149,14 @@ class LossScaleOptimizer:
       hysteresis: non-finite steps since the last growth that it takes to
         back off, an int >= 1 (default 1: every one). Until then a
         non-finite step is skipped and the scale stays.
+      max_consecutive_skips: None (default: never stop), or an int >= 1:
+        the step that completes that many skipped steps in a row raises
+        `SkipStreakError` naming the variables and the scale (see
+        `skip_reporting`); with a fixed scale too.
+      save_telemetry: False (default: checkpoints hold the originals' keys
+        only), or True: `skipped_steps` and the record of the run of
+        skipped steps are saved and restored with `tf.train.Checkpoint`,
+        under the inner optimizer's `loss_scale_telemetry` child.
 
     Raises:
       TypeError: `inner_optimizer` is not an optimizer of a supported Keras,
@@ -441,7 +183,7 @@ class LossScaleOptimizer:
             return
         public = next(base for base in cls.__mro__[1:]
                       if base.__dict__.get("_PICKS_FLAVOUR", False))
-        _REGISTRY.setdefault(public, []).append((wraps, cls))
+        flavour_registry.register(public, wraps, cls)
 
     def __new__(cls, *args: Any, **kwargs: Any) -> "LossScaleOptimizer":
         if cls.__dict__.get("_PICKS_FLAVOUR", False):
@@ -454,7 +196,9 @@ class LossScaleOptimizer:
                  dynamic_growth_steps: Optional[int] = None, *,
                  min_scale: float = 1.0, max_scale: Optional[float] = None,
                  growth_factor: float = 2.0, backoff_factor: float = 0.5,
-                 hysteresis: int = 1) -> None:
+                 hysteresis: int = 1,
+                 max_consecutive_skips: Optional[int] = None,
+                 save_telemetry: bool = False) -> None:
         # Reached only through a flavour's constructor, which calls
         # `_init_loss_scaling` with these arguments.
         raise NotImplementedError(
@@ -464,13 +208,13 @@ class LossScaleOptimizer:
     def _flavour_for(cls, inner_optimizer: Any
                      ) -> "Type[LossScaleOptimizer]":
         """The registered subclass of `cls` that wraps `inner_optimizer`."""
-        reject_loss_scale_optimizer(inner_optimizer)
+        flavour_registry.reject_loss_scale_optimizer(inner_optimizer)
         for attempt in range(2):
-            for accepts, flavour in _REGISTRY.get(cls, []):
+            for accepts, flavour in flavour_registry.flavours_of(cls):
                 if accepts(inner_optimizer):
                     return flavour
             package = type(inner_optimizer).__module__.split(".")[0]
-            if attempt or not _load_flavours(package):
+            if attempt or not flavour_registry.load_flavours(package):
                 break
         # Under tf_keras, tf_keras' own sentence first, so code matching
         # its message still does (Keras 3 has no message of its own here).
@@ -485,8 +229,8 @@ class LossScaleOptimizer:
             "optimizer (an "
             "instance of tf_keras.optimizers.Optimizer or tf_keras."
             "optimizers.legacy.Optimizer); got "
-            f"{inner_optimizer!r} of type {_type_name(inner_optimizer)}."
-            f"{_frozen_keras_hint(inner_optimizer)}")
+            f"{inner_optimizer!r} of type {flavour_registry.type_name(inner_optimizer)}."
+            f"{flavour_registry.frozen_keras_hint(inner_optimizer)}")
 
     def _init_loss_scaling(self, settings: settings_lib.Settings) -> None:
         """Stores the checked settings; every flavour's constructor calls it."""
@@ -501,6 +245,9 @@ class LossScaleOptimizer:
         keys; a tuple attribute would add keys of its own.
         """
         self._untracked = _Untracked(variables)
+        self._make_skip_record()
+        if self._settings.save_telemetry:
+            self._track_telemetry(self.inner_optimizer, variables.skipped)
 
     @property
     def _scale_variables(self) -> step_lib.ScaleVariables:
@@ -641,14 +388,21 @@ class LossScaleOptimizer:
               already_unscaled: bool,
               keep: Optional[Sequence[bool]] = None,
               verdict: Optional[tf.Tensor] = None) -> tf.Tensor:
-        """`step.loss_scaled_step` with this optimizer's parts."""
-        return step_lib.loss_scaled_step(
+        """`step.loss_scaled_step` with this optimizer's parts.
+
+        Eagerly, with `max_consecutive_skips`, it raises `SkipStreakError`
+        once a step completes a run of that many skipped steps.
+        """
+        finite = step_lib.loss_scaled_step(
             grads, scale=self._current_scale(),
             already_unscaled=already_unscaled,
             apply=lambda g: self._apply_inner(g, variables),
             skip=self._skip_inner, variables=self._scale_variables,
             rule=self._settings.rule() if self.dynamic else None, keep=keep,
-            verdict=verdict)
+            verdict=verdict, record=self._skip_recorder(grads, variables))
+        if tf.executing_eagerly():
+            self.raise_if_stuck()
+        return finite
 
     def _apply_inner(self, grads: List[Any], variables: List[Any]) -> None:
         """Applies unscaled gradients with the inner optimizer."""
@@ -658,7 +412,7 @@ class LossScaleOptimizer:
         """Advances the inner optimizer's `iterations` by one, nothing else."""
         raise NotImplementedError
 
-    # Serialization.
+    # Serialization (`from_config`: `optimizer_config`).
 
     def get_config(self) -> Dict[str, Any]:
         """The inner optimizer (serialized) and the loss-scaling arguments.
@@ -674,71 +428,7 @@ class LossScaleOptimizer:
             **self._settings.knobs(),
         }
 
-    @classmethod
-    def from_config(cls, config: Dict[str, Any],
-                    custom_objects: Optional[Dict[str, Any]] = None
-                    ) -> "LossScaleOptimizer":
-        """Creates the optimizer from `get_config()`'s output.
-
-        Also takes Keras 3's own LossScaleOptimizer configs and the TF <= 2.3
-        experimental ones (`optimizer` and `loss_scale` entries), converted
-        by `config_conversion.upgrade_optimizer_config`.
-
-        Raises:
-          ValueError: `config` is not a dict, has no inner optimizer, or
-            holds loss-scaling values that do not convert.
-          TypeError: the inner optimizer's config names no known optimizer,
-            or `config` holds an unknown key.
-        """
-        if not isinstance(config, Mapping):
-            raise ValueError(
-                "from_config() takes a dict (what get_config() returns); "
-                f"got {config!r} of type {type(config).__name__}.")
-        config = config_conversion.upgrade_optimizer_config(config)
-        if "inner_optimizer" not in config:
-            raise ValueError(
-                "A LossScaleOptimizer config needs an 'inner_optimizer' entry "
-                "(or TF <= 2.3's 'optimizer') holding the wrapped optimizer; "
-                f"got {config!r}.")
-        inner_config = config.pop("inner_optimizer")
-        inner = cls._flavour_for_config(inner_config)._deserialize_inner(
-            inner_config, custom_objects)
-        return cls._from_current_args(inner, config)
-
-    @classmethod
-    def _flavour_for_config(cls, inner_config: Any
-                            ) -> "Type[LossScaleOptimizer]":
-        """The flavour that deserializes `inner_config` (see `_reads`)."""
-        if not cls.__dict__.get("_PICKS_FLAVOUR", False):
-            return cls
-        if not isinstance(inner_config, dict):
-            return cls._flavour_for(inner_config)
-        for attempt in range(2):
-            for _, flavour in _REGISTRY.get(cls, []):
-                if flavour._reads(inner_config):
-                    return flavour
-            if attempt or not _load_flavours(None):
-                break
-        raise TypeError(
-            "inner_optimizer must be the config of a Keras 3 or tf_keras "
-            f"optimizer; got {inner_config!r}.")
-
-    @classmethod
-    def _reads(cls, inner_config: Dict[str, Any]) -> bool:
-        """Whether this flavour deserializes `inner_config` (a flavour says)."""
-        return False
-
-    @classmethod
-    def _from_current_args(cls, inner_optimizer: Any,
-                           args: Dict[str, Any]) -> "LossScaleOptimizer":
-        return cls(inner_optimizer, **args)
-
     def _serialize_inner(self) -> Dict[str, Any]:
-        raise NotImplementedError
-
-    @classmethod
-    def _deserialize_inner(cls, config: Any,
-                           custom_objects: Optional[Dict[str, Any]]) -> Any:
         raise NotImplementedError
 
 

@@ -18,7 +18,8 @@ import numpy as np
 from tf_lossscale import _checks, state_machine
 
 __all__ = [
-    "KNOB_DEFAULTS", "SMALLEST_NORMAL_FLOAT32", "Settings", "check_settings"]
+    "KNOB_DEFAULTS", "SMALLEST_NORMAL_FLOAT32", "STOP_DEFAULTS", "Settings",
+    "check_settings"]
 
 # The least floor the rule applies: 2**-126, the smallest normal float32.
 # TensorFlow flushes subnormal float32s to zero (on CPU and GPU), so a
@@ -37,6 +38,15 @@ KNOB_DEFAULTS: Dict[str, Any] = {
     "hysteresis": 1,
 }
 
+# Keyword-only knobs of the skip telemetry (stop a stuck run; save the
+# counters in checkpoints), for a fixed scale too; at these defaults
+# nothing stops, checkpoints hold the originals' keys only, and no knob
+# appears in a config.
+STOP_DEFAULTS: Dict[str, Any] = {
+    "max_consecutive_skips": None,
+    "save_telemetry": False,
+}
+
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
@@ -50,6 +60,8 @@ class Settings:
     growth_factor: float = state_machine.DEFAULT_MULTIPLIER
     backoff_factor: float = 1.0 / state_machine.DEFAULT_MULTIPLIER
     hysteresis: int = 1
+    max_consecutive_skips: Optional[int] = None
+    save_telemetry: bool = False
 
     def rule(self) -> state_machine.Rule:
         """The transition constants (dynamic settings only)."""
@@ -64,7 +76,7 @@ class Settings:
     def knobs(self) -> Dict[str, Any]:
         """The knobs that differ from their defaults (for `get_config`)."""
         return {name: getattr(self, name)
-                for name, default in KNOB_DEFAULTS.items()
+                for name, default in {**KNOB_DEFAULTS, **STOP_DEFAULTS}.items()
                 if getattr(self, name) != default}
 
 
@@ -137,14 +149,17 @@ def check_settings(dynamic: Any, initial_scale: Any,
       ValueError: a number is missing, of the wrong type or out of range.
     """
     _check_dynamic(dynamic)
-    unknown = sorted(set(knobs) - set(KNOB_DEFAULTS))
+    unknown = sorted(set(knobs) - set(KNOB_DEFAULTS) - set(STOP_DEFAULTS))
     if unknown:
         raise TypeError(
             f"Unknown loss-scaling arguments {unknown}; the knobs are "
-            f"{sorted(KNOB_DEFAULTS)}.")
+            f"{sorted({**KNOB_DEFAULTS, **STOP_DEFAULTS})}.")
+    stops = _check_stops({k: knobs.pop(k) for k in STOP_DEFAULTS
+                          if k in knobs})
     given = {**KNOB_DEFAULTS, **knobs}
     if not dynamic:
-        return _fixed_settings(initial_scale, dynamic_growth_steps, knobs)
+        return dataclasses.replace(_fixed_settings(
+            initial_scale, dynamic_growth_steps, knobs), **stops)
     if initial_scale is None:
         initial_scale = state_machine.DEFAULT_INITIAL_SCALE
     if dynamic_growth_steps is None:
@@ -153,7 +168,24 @@ def check_settings(dynamic: Any, initial_scale: Any,
                                inclusive=False)
     steps = _checks.check_int("dynamic_growth_steps", dynamic_growth_steps,
                               minimum=1)
-    return Settings(True, scale, steps, **_check_knobs(given, scale))
+    return Settings(True, scale, steps, **_check_knobs(given, scale),
+                    **stops)
+
+
+def _check_stops(stops: Dict[str, Any]) -> Dict[str, Any]:
+    """Checks the stop knobs; raises ValueError naming one."""
+    checked = {**STOP_DEFAULTS, **stops}
+    if checked["max_consecutive_skips"] is not None:
+        checked["max_consecutive_skips"] = _checks.check_int(
+            "max_consecutive_skips", checked["max_consecutive_skips"],
+            minimum=1)
+    if not isinstance(checked["save_telemetry"], bool):
+        raise TypeError(
+            "save_telemetry must be a bool (True saves skipped_steps and "
+            "the run of skipped steps in checkpoints); got "
+            f"{checked['save_telemetry']!r} of type "
+            f"{type(checked['save_telemetry']).__name__}.")
+    return checked
 
 
 def _fixed_settings(initial_scale: Any, dynamic_growth_steps: Any,

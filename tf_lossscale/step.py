@@ -101,6 +101,7 @@ def loss_scaled_step(
     rule: Optional[state_machine.Rule],
     keep: Optional[Sequence[bool]] = None,
     verdict: Optional[tf.Tensor] = None,
+    record: Optional[Callable[[List[Any], tf.Tensor], Any]] = None,
 ) -> tf.Tensor:
     """Checks, agrees, applies or skips, and advances; in a replica context.
 
@@ -118,6 +119,9 @@ def loss_scaled_step(
         variables); it is still checked.
       verdict: whether `grads` (already unscaled) are all finite, when
         that was computed as they were unscaled; else they are checked.
+      record: what a skipped step records about its gradients
+        (`skip_record.recorder`), given them and `scale`; it runs in the
+        skip branch only, so a finite step pays nothing for it.
 
     Returns:
       The agreed verdict, a scalar bool tensor (True: applied). In a TF1
@@ -129,7 +133,9 @@ def loss_scaled_step(
         unscaled, finite = _unscale_and_check(
             grads, scale, already_unscaled, keep)
     finite = distribute.agree(finite)
-    taken = distribute.apply_or_skip(finite, unscaled, apply, skip)
+    taken = distribute.apply_or_skip(
+        finite, unscaled, apply, skip,
+        None if record is None else lambda g: record(g, scale))
     # Last, so that an inner optimizer that raises leaves the scale as it is.
     advanced = advance(variables, finite, rule)
     if not tf.executing_eagerly() and not tf.inside_function():

@@ -257,13 +257,17 @@ class TfKerasLossScaleOptimizer(ScalingWarnings,
                  name: Optional[str] = None, *, min_scale: float = 1.0,
                  max_scale: Optional[float] = None,
                  growth_factor: float = 2.0, backoff_factor: float = 0.5,
-                 hysteresis: int = 1) -> None:
+                 hysteresis: int = 1,
+                 max_consecutive_skips: Optional[int] = None,
+                 save_telemetry: bool = False) -> None:
         _check_inner(inner_optimizer, type(self))
         settings = settings_lib.check_settings(
             dynamic, initial_scale, dynamic_growth_steps,
             min_scale=min_scale, max_scale=max_scale,
             growth_factor=growth_factor, backoff_factor=backoff_factor,
-            hysteresis=hysteresis)
+            hysteresis=hysteresis,
+            max_consecutive_skips=max_consecutive_skips,
+            save_telemetry=save_telemetry)
         distribute.check_supported_strategy("LossScaleOptimizer")
         # Not tf_keras' Optimizer constructor: every variable (iterations,
         # slots) is the inner optimizer's, and so is every checkpoint key.

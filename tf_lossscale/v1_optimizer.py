@@ -22,7 +22,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
 import tensorflow as tf
 
-from tf_lossscale import _checks, distribute
+from tf_lossscale import _checks, distribute, skip_record
 from tf_lossscale import finite as finite_lib
 from tf_lossscale import loss_scale as loss_scale_lib
 
@@ -105,7 +105,8 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
     scale and applies the gradients only when all of them are finite.
     """
 
-    def __init__(self, opt: Any, loss_scale: Any) -> None:
+    def __init__(self, opt: Any, loss_scale: Any, *,
+                 max_consecutive_skips: Optional[int] = None) -> None:
         """Wraps `opt`.
 
         Args:
@@ -113,6 +114,13 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
           loss_scale: "dynamic" (a default `DynamicLossScale`), an int or
             float >= 1 (a `FixedLossScale`), or a `LossScale` (ours or
             TensorFlow's `tf.compat.v1.mixed_precision.LossScale`).
+          max_consecutive_skips: None (default: never stop, as TensorFlow's
+            class), or an int >= 1: the train op that skips that many steps
+            in a row fails, naming the variables with non-finite gradients
+            and the scale (`tf.errors.InvalidArgumentError` from
+            `Session.run`; eagerly, `tf_lossscale.SkipStreakError`, its
+            subclass). Its counter is a variable of the graph (initialize
+            it with the others) and is not checkpointed.
 
         Raises:
           TypeError: `opt` is not a TF1 optimizer (the error is also a
@@ -121,6 +129,11 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
         """
         _check_optimizer(opt)
         resolved = _resolve_loss_scale(loss_scale)
+        if max_consecutive_skips is not None:
+            max_consecutive_skips = _checks.check_int(
+                "max_consecutive_skips", max_consecutive_skips, minimum=1)
+        self._max_consecutive_skips = max_consecutive_skips
+        self._streaks: dict = {}  # Graph -> its run-of-skips counter.
         # The wrapper applies nothing itself, so locking is the inner's.
         super().__init__(use_locking=False, name=opt.get_name())
         self._optimizer = opt
@@ -264,9 +277,73 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
                 args=(grads_and_vars, global_step, name + "-wrapped"))
             return strategy.group(per_replica)
 
-        maybe_apply = distribute.branch(should_apply, apply_fn, tf.no_op)
+        skip_fn: Callable[[], Any] = tf.no_op
+        if self._max_consecutive_skips is not None:
+            apply_fn, skip_fn = _stop_branches(
+                self, apply_fn, grads, [v for _, v in grads_and_vars],
+                strategy)
+        maybe_apply = distribute.branch(should_apply, apply_fn, skip_fn)
         ops = [op for op in (maybe_apply, update_op) if op is not None]
         return tf.group(*ops, name=name)
+
+
+def _streak_variable(optimizer: MixedPrecisionLossScaleOptimizer) -> Any:
+    """The run-of-skips counter of the current graph (made once per graph)."""
+    graph = tf.compat.v1.get_default_graph()
+    if graph not in optimizer._streaks:
+        with tf.init_scope():
+            optimizer._streaks[graph] = tf.Variable(
+                0, dtype=tf.int64, trainable=False, name="skip_streak",
+                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+    return optimizer._streaks[graph]
+
+
+def _stop_branches(self: MixedPrecisionLossScaleOptimizer,
+               apply_fn: Callable[[], Any], grads: List[Any],
+               variables: List[Any], strategy: tf.distribute.Strategy
+               ) -> Tuple[Callable[[], Any], Callable[[], Any]]:
+    """`apply_fn` that ends the run of skips, and a skip that counts it and
+    fails at `max_consecutive_skips` (see `__init__`)."""
+    streak = _streak_variable(self)
+    limit = int(self._max_consecutive_skips or 0)
+    names = [v.op.name for g, v in zip(grads, variables) if g is not None]
+    present = [g for g in grads if g is not None]
+
+    def apply_and_reset() -> Any:
+        with tf.control_dependencies(tf.nest.flatten(apply_fn())):
+            return streak.assign(0)
+
+    def count_and_check() -> Any:
+        count = streak.assign_add(1)
+        bad = [tf.reduce_any([
+            tf.logical_not(tf.reduce_all(tf.math.is_finite(
+                x.values if isinstance(x, tf.IndexedSlices) else x)))
+            for x in strategy.experimental_local_results(g)])
+            for g in present]
+        scale = tf.strings.as_string(self._loss_scale(), shortest=True)
+        if tf.executing_eagerly():
+            if int(count) >= limit:
+                named = [n for n, b in zip(names, bad) if bool(b)]
+                raise skip_record.SkipStreakError(
+                    f"{int(count)} steps in a row were skipped "
+                    f"(max_consecutive_skips={limit}); the last had "
+                    f"non-finite gradients: {', '.join(named)}; scale "
+                    f"{float(self._loss_scale()):g}.")
+            return count
+        named = tf.strings.reduce_join(
+            tf.boolean_mask(tf.constant(names), tf.stack(bad)),
+            separator=", ")
+        message = tf.strings.join([
+            "SkipStreakError: ", tf.strings.as_string(count),
+            f" steps in a row were skipped (max_consecutive_skips={limit}); "
+            "the last had non-finite gradients: ", named, "; scale ",
+            scale])
+        with tf.control_dependencies([tf.debugging.Assert(
+                count < limit, [message])]):
+            return tf.identity(count)
+
+    return apply_and_reset, count_and_check
+
 
 
 def _scaled_loss(loss: LossLike, scale: tf.Tensor) -> LossLike:
