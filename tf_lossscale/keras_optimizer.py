@@ -64,6 +64,10 @@ class UnbuiltApplyError(ValueError, TypeError):
     Keras 3 raises there.
     """
 
+    # Rebuildable by AutoGraph, so `tf.function` callers see this type
+    # (see `distribute.ReplicaContextError`).
+    __init__ = Exception.__init__
+
 
 def _is_keras3_optimizer(inner_optimizer: Any) -> bool:
     return isinstance(inner_optimizer, keras.optimizers.Optimizer)

@@ -48,6 +48,10 @@ class NotAV1OptimizerError(TypeError, ValueError):
     TensorFlow's own class raises), so code written against either catches it.
     """
 
+    # Rebuildable by AutoGraph, so `tf.function` callers see this type
+    # (see `distribute.ReplicaContextError`).
+    __init__ = Exception.__init__
+
 
 def _check_optimizer(opt: Any) -> None:
     """Raises unless `opt` is a TF1 optimizer.
