@@ -8,6 +8,10 @@ Loss-scale numbers end up in float32 variables and the step counter in an
 int64 one, so a number is checked as that storage will hold it: 1 + 1e-9 is
 no multiplier > 1 once it is a float32, 1e-50 no scale > 0, and 2**63 no
 int64.
+
+A number may also come as a scalar: a 0-d NumPy array, or an eager scalar
+tensor or variable (`tf.constant(1024.0)`), as TensorFlow's and Keras'
+constructors take them; it is checked as the Python number it holds.
 """
 
 from __future__ import annotations
@@ -16,11 +20,28 @@ import math
 import numbers
 
 import numpy as np
+import tensorflow as tf
 
-__all__ = ["FLOAT32_MAX", "INT64_MAX", "check_int", "check_real", "is_real"]
+__all__ = ["FLOAT32_MAX", "INT64_MAX", "as_python_scalar", "check_int",
+           "check_real", "is_real"]
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 INT64_MAX = int(np.iinfo(np.int64).max)
+
+
+def as_python_scalar(value: object) -> object:
+    """A 0-d array, or an eager scalar tensor or variable, as its Python
+    number; anything else as it is (the checks then judge it)."""
+    if isinstance(value, np.ndarray) and value.shape == ():
+        return value.item()
+    if (tf.is_tensor(value) or isinstance(value, tf.Variable)) and (
+            value.shape.rank == 0 and hasattr(value, "numpy")):
+        try:
+            return value.numpy().item()  # type: ignore[union-attr]
+        except (AttributeError, NotImplementedError, TypeError,
+                ValueError):  # a symbolic tensor has no value yet
+            return value
+    return value
 
 
 def is_real(value: object) -> bool:
@@ -49,6 +70,7 @@ def check_real(
     default `maximum` is the largest float32: a loss scale lives in a float32
     variable, and a larger number would silently become inf there.
     """
+    value = as_python_scalar(value)
     bound = f">= {minimum:g}" if inclusive else f"> {minimum:g}"
     limit = " (the float32 maximum)" if maximum == FLOAT32_MAX else ""
     accepted = f"a finite int or float {bound} and <= {maximum!r}{limit}"
@@ -78,6 +100,7 @@ def check_int(name: str, value: object, *, minimum: int,
     """
     upper = " and < 2**63" if maximum == INT64_MAX else f" and <= {maximum}"
     accepted = f"an int >= {minimum}{upper} (or an integral float)"
+    value = as_python_scalar(value)
     if isinstance(value, (float, np.floating)) and math.isfinite(value) and (
             float(value).is_integer()):
         value = int(value)

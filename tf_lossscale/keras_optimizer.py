@@ -24,6 +24,7 @@ import keras
 import tensorflow as tf
 
 from tf_lossscale import (
+    _checks,
     _tf_private,
     config_conversion,
     distribute,
@@ -114,6 +115,33 @@ def _check_base_arguments(kwargs: Dict[str, Any]) -> None:
             f"{sorted(settings_lib.KNOB_DEFAULTS)}.")
 
 
+def _keras3_positionals(dynamic: Any, initial_scale: Any,
+                        dynamic_growth_steps: Any) -> Tuple[Any, Any, Any]:
+    """Keras 3's reading of the positional arguments, when it is the only one.
+
+    Keras 3's signature is `(inner_optimizer, initial_scale=2**15,
+    dynamic_growth_steps=2000)`; TensorFlow's, which this class keeps, has
+    `dynamic` (a bool) second. A number second can only be Keras 3's
+    `initial_scale` (and a third argument its `dynamic_growth_steps`), so
+    Keras 3 code `LossScaleOptimizer(opt, 1024)` means dynamic scaling from
+    1024, as it does in Keras 3. Anything else is left to the checks.
+
+    Raises:
+      TypeError: a number second and `dynamic_growth_steps` given as well
+        (Keras 3 would get it twice).
+    """
+    if not _checks.is_real(_checks.as_python_scalar(dynamic)):
+        return dynamic, initial_scale, dynamic_growth_steps
+    if dynamic_growth_steps is not None:
+        raise TypeError(
+            f"LossScaleOptimizer got the number {dynamic!r} as its second "
+            "argument, which Keras 3 reads as initial_scale (and the third "
+            "as dynamic_growth_steps), and dynamic_growth_steps="
+            f"{dynamic_growth_steps!r} as well. Pass dynamic=True, "
+            "initial_scale=... and dynamic_growth_steps=... by keyword.")
+    return True, dynamic, initial_scale
+
+
 class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
                               keras.mixed_precision.LossScaleOptimizer,
                               wraps=_is_keras3_optimizer):
@@ -133,6 +161,8 @@ class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
                  growth_factor: float = 2.0, backoff_factor: float = 0.5,
                  hysteresis: int = 1, **kwargs: Any) -> None:
         _check_inner(inner_optimizer, type(self))
+        dynamic, initial_scale, dynamic_growth_steps = _keras3_positionals(
+            dynamic, initial_scale, dynamic_growth_steps)
         settings = settings_lib.check_settings(
             dynamic, initial_scale, dynamic_growth_steps,
             min_scale=min_scale, max_scale=max_scale,
@@ -182,8 +212,18 @@ class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
 
     @tf.autograph.experimental.do_not_convert
     def scale_loss(self, loss: tf.Tensor) -> tf.Tensor:
-        """Keras 3's name for `get_scaled_loss`, called by `fit`."""
-        return self.get_scaled_loss(loss)
+        """`loss` times the scale, with Keras 3's dtype rule; `fit` calls it.
+
+        As Keras 3 multiplies: once built, by the float32 scale variable, so
+        a float16 loss gives a float32 scaled loss (4.0 * 2**15 is 131072,
+        not float16's inf); before, by the scale as a Python number, which
+        keeps the loss's dtype. `get_scaled_loss` (TensorFlow's) keeps the
+        loss's dtype always.
+        """
+        self._marks.scaled_loss()
+        scale: Any = (self._current_scale() if self.built
+                      else self._settings.initial_scale)
+        return keras.ops.multiply(loss, scale)
 
     @tf.autograph.experimental.do_not_convert
     def check_finite(self, grads: Iterable[Any]) -> tf.Tensor:
