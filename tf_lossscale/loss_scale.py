@@ -162,10 +162,12 @@ def _check_fixed_value(value: Any) -> float:
     # one, unlike for DynamicLossScale).
     try:
         if not _checks.is_real(value):
-            raise ValueError(
+            raise _checks.NotANumberError(
                 "loss_scale_value must be a finite int or float >= 1; got "
                 f"{value!r} of type {type(value).__name__}.")
         return _checks.check_real("loss_scale_value", value, minimum=1.0)
+    except _checks.NotANumberError:
+        raise
     except ValueError as e:
         if not _checks.is_real(value):
             phrase = "a Python int or float"
