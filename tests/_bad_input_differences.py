@@ -250,16 +250,32 @@ DELIBERATE: List[Difference] = [
         "later or trains with them."),
     Difference(
         "keras3", "construct",
+        lambda c, o, t: not o.raised and any(
+            c.get(k, 0) is None for k in ("initial_scale",
+                                          "dynamic_growth_steps")),
+        "None means the default (TensorFlow's documented signature, "
+        "initial_scale=None, dynamic_growth_steps=None); Keras 3 tries to "
+        "make a tensor of None, or stores None as the growth period."),
+    Difference(
+        "keras3", "construct",
         lambda c, o, t: not o.raised and t.raised and c.get("dynamic") is
         False,
         "dynamic=False (a fixed scale, TensorFlow's documented API) works; "
         "Keras 3 refuses it."),
     Difference(
         "keras3", "construct",
-        lambda c, o, t: _raised(o, t, TypeError) and not t.raised and (
+        lambda c, o, t: _is_bool(c.get("positional")),
+        "A bool second argument is TensorFlow's `dynamic` (its documented "
+        "signature), so initial_scale may follow as a keyword; Keras 3 "
+        "reads the second argument as initial_scale (a number second is "
+        "read as Keras 3 reads it)."),
+    Difference(
+        "keras3", "construct",
+        lambda c, o, t: _raised(o, t, TypeError) and (
             "dynamic" in c and not isinstance(c["dynamic"], bool)),
-        "dynamic must be a bool (TensorFlow's documented signature); "
-        "Keras 3 pops it and reads any truthy value as True."),
+        "dynamic must be a bool (TensorFlow's documented signature), a "
+        "TypeError as in TensorFlow and tf_keras; Keras 3 pops it, reads "
+        "any truthy value as True and refuses a falsy one (ValueError)."),
     Difference(
         "keras3", "construct",
         lambda c, o, t: not o.raised and not t.raised and _equal(
@@ -280,6 +296,20 @@ DELIBERATE: List[Difference] = [
         "apply_gradients returns the inner optimizer's `iterations`, which "
         "counts the steps; Keras 3 returns its wrapper's own iteration "
         "variable, which never advances (0)."),
+    Difference(
+        "keras3", "step",
+        lambda c, o, t: o.raised and o.error.__name__ == "GradientShapeError"
+        and not t.raised,
+        "A gradient must have its variable's shape; Keras 3 broadcasts a "
+        "smaller one into the update (a (2,) gradient updates every row of "
+        "a (2, 2) variable), which hides a wrong gradient."),
+    Difference(
+        "keras3", "step",
+        lambda c, o, t: _raised(o, t, TypeError) and not t.raised and any(
+            "tf.constant([1, 2])" in g for g in c["grads"]),
+        "An integer gradient is refused with a TypeError (the unscale "
+        "would truncate it, and no float loss has one); Keras 3 casts it "
+        "and applies it."),
     Difference(
         "keras3", "step",
         lambda c, o, t: _raised(o, t, ValueError) and c.get("big_scale"),

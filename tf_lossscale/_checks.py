@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
 
 __all__ = ["FLOAT32_MAX", "INT64_MAX", "NotANumberError", "as_python_scalar",
            "check_int",
-           "check_real", "checked_sparse_rows", "is_real"]
+           "check_real", "is_real"]
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 INT64_MAX = int(np.iinfo(np.int64).max)
@@ -134,56 +133,3 @@ def check_int(name: str, value: object, *, minimum: int,
         raise ValueError(f"{name} must be {accepted}; got {value!r}.")
     return integer
 
-
-def checked_sparse_rows(grads: Sequence[Any], variables: Sequence[Any],
-                        verdict: Optional[Any] = None
-                        ) -> Tuple[List[Any], Optional[Any]]:
-    """Checks that each `tf.IndexedSlices` gradient indexes its variable.
-
-    An out-of-range row fails only inside the inner optimizer's update,
-    after the variables before it were updated; checked first, a step that
-    raises changes nothing (as in Keras 3, whose step fails before any
-    update). Eagerly the check runs here and raises at once. In a graph it
-    is an assertion that the returned gradients' values (which the
-    finiteness verdict reads, and every update waits for) and the returned
-    `verdict` depend on. Without sparse gradients, `grads` and `verdict`
-    come back as they are: no op is added.
-
-    Raises:
-      tf.errors.InvalidArgumentError: a row index is negative or not below
-        the variable's number of rows (eagerly; in a graph, when it runs).
-    """
-    checks = []
-    for grad, variable in zip(grads, variables):
-        rows = _static_rows(variable)
-        if isinstance(grad, tf.IndexedSlices) and rows is not None:
-            indices = grad.indices
-            message = (f"A tf.IndexedSlices gradient has a row index outside "
-                       f"its variable {_name(variable)!r} of {rows} rows; "
-                       "nothing was updated.")
-            checks.append(tf.debugging.assert_non_negative(
-                indices, message=message))
-            checks.append(tf.debugging.assert_less(
-                indices, tf.cast(rows, indices.dtype), message=message))
-    graph_checks = [c for c in checks if c is not None]
-    if not graph_checks:
-        return list(grads), verdict
-    with tf.control_dependencies(graph_checks):
-        gated = [tf.IndexedSlices(tf.identity(g.values), g.indices,
-                                  g.dense_shape)
-                 if isinstance(g, tf.IndexedSlices) else g for g in grads]
-        if verdict is not None:
-            verdict = tf.identity(verdict)
-    return gated, verdict
-
-
-def _static_rows(variable: Any) -> Optional[int]:
-    shape = tf.TensorShape(getattr(variable, "shape", None))
-    if shape.rank is None or shape.rank == 0:
-        return None
-    return shape[0]
-
-
-def _name(variable: Any) -> str:
-    return str(getattr(variable, "path", None) or getattr(
-        variable, "name", "?")).rsplit(":", 1)[0]

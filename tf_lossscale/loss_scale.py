@@ -163,6 +163,7 @@ def _check_fixed_value(value: Any) -> float:
     try:
         if not _checks.is_real(value):
             raise _checks.NotANumberError(
+                "loss_scale_value must be a Python int or float. "
                 "loss_scale_value must be a finite int or float >= 1; got "
                 f"{value!r} of type {type(value).__name__}.")
         return _checks.check_real("loss_scale_value", value, minimum=1.0)
@@ -346,9 +347,10 @@ def _not_an_identifier(identifier: Any) -> str:
     # TensorFlow's phrase first, so code matching its message still does.
     return (
         f"Could not interpret loss scale identifier: {identifier}. A loss "
-        "scale identifier must be None, 'dynamic', an int or float >= 1, "
-        "a LossScale instance or a serialized one (a dict); got "
-        f"{identifier!r} of type {type(identifier).__name__}.")
+        "scale identifier must be None, 'dynamic', an int or float >= 1, or "
+        f"a LossScale instance; got {identifier!r} of type "
+        f"{type(identifier).__name__}. A serialized loss scale (a dict "
+        "{'class_name': ..., 'config': ...}) is taken too.")
 
 
 def serialize(loss_scale: Any) -> Optional[Dict[str, Any]]:
@@ -361,16 +363,19 @@ def serialize(loss_scale: Any) -> Optional[Dict[str, Any]]:
         return None
     if not isinstance(loss_scale, (LossScale, _TF_LOSS_SCALE)):
         raise ValueError(
-            "serialize() takes a LossScale (such as a FixedLossScale or "
-            f"DynamicLossScale) or None; got {loss_scale!r} of type "
-            f"{type(loss_scale).__name__}.")
+            "serialize() takes a FixedLossScale or DynamicLossScale; got "
+            f"{loss_scale!r} of type {type(loss_scale).__name__}. (Any "
+            "LossScale, TensorFlow's included, and None are taken too.)")
     return {"class_name": type(loss_scale).__name__,
             "config": loss_scale.get_config()}
 
 
 _ACCEPTED_CONFIG = (
-    "a dict {'class_name': 'FixedLossScale' or 'DynamicLossScale' (or a "
-    "name in custom_objects), 'config': {...}}, such a class name, or None")
+    "a dict {'class_name': 'FixedLossScale' or 'DynamicLossScale', "
+    "'config': {...}}")
+_ALSO_ACCEPTED = (
+    " (Also taken: a class name of custom_objects in 'class_name', a bare "
+    "class name, and None.)")
 
 
 def deserialize(config: Any,
@@ -394,7 +399,8 @@ def deserialize(config: Any,
     if not isinstance(config, dict) or "class_name" not in config or (
             not isinstance(config.get("config"), dict)):
         raise ValueError(
-            f"deserialize() takes {_ACCEPTED_CONFIG}; got {config!r}.")
+            f"deserialize() takes {_ACCEPTED_CONFIG}; got {config!r}."
+            f"{_ALSO_ACCEPTED}")
     cls = _class_named(config["class_name"], custom_objects, config)
     try:
         return cls.from_config(config["config"])
@@ -412,5 +418,5 @@ def _class_named(name: Any, custom_objects: Optional[Dict[str, Any]],
     if cls is None:
         raise ValueError(
             f"Unknown loss scale: {name!r}. deserialize() takes "
-            f"{_ACCEPTED_CONFIG}; got {config!r}.")
+            f"{_ACCEPTED_CONFIG}; got {config!r}.{_ALSO_ACCEPTED}")
     return cls

@@ -22,7 +22,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
 import tensorflow as tf
 
-from tf_lossscale import _checks, distribute
+from tf_lossscale import _checks, distribute, gradient_check
 from tf_lossscale import finite as finite_lib
 from tf_lossscale import loss_scale as loss_scale_lib
 
@@ -277,6 +277,7 @@ def _scaled_loss(loss: LossLike, scale: tf.Tensor) -> LossLike:
     """`loss * scale` in the loss dtype; a callable stays a callable."""
     if callable(loss):
         return lambda: _scaled_loss(loss(), scale)
+    gradient_check.check_loss(loss)
     loss = tf.convert_to_tensor(loss)
     return loss * tf.cast(scale, loss.dtype)
 
