@@ -346,6 +346,14 @@ DELIBERATE: List[Difference] = [
         and not o.raised and not t.raised,
         "A step with a NaN/Inf gradient changes no variable with a fixed "
         "scale too (TensorFlow applies it when the scale is fixed)."),
+    Difference(
+        "v1", "step",
+        lambda c, o, t: not o.raised and t.raised and issubclass(
+            t.error, TypeError) and not c["resource"] and not c["fixed"],
+        "A dynamic scale on reference variables (use_resource=False) in a "
+        "TF2 process trains; TensorFlow's fails to build its update "
+        "(float32_ref cannot enter its TF2 cond). Ours builds that cond "
+        "with TF1 control flow."),
     # ---- tf_keras flavour: ours vs tf_keras.mixed_precision ----
     Difference(
         "tf_keras", "construct",

@@ -31,7 +31,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from tensorflow.python.keras.mixed_precision import loss_scale as tf_keras_ls
 
@@ -328,3 +328,72 @@ def test_keras3_scale_loss(loss, built):
     theirs = outcome(lambda: _k3_scale_loss(
         keras.mixed_precision.LossScaleOptimizer, loss, built), lambda r: r)
     judge(TALLIES["keras3"], "keras3", "scale_loss", case, ours, theirs)
+
+
+# ---------------------------------------------------------- TF1 optimizer
+
+V1 = tf.compat.v1
+V1_LOSS_SCALES = st.one_of(NUMBERS, st.sampled_from([
+    "'dynamic'", "OWN_FIXED", "OWN_DYNAMIC", "{'class_name': "
+    "'FixedLossScale', 'config': {'loss_scale_value': 8.0}}"]))
+
+
+def _v1_construct(cls, side, loss_scale):
+    opt = cls(V1.train.GradientDescentOptimizer(0.5),
+              _identifier(loss_scale, side))
+    return plain(opt._loss_scale)  # TensorFlow has no public name for it
+
+
+@_timed("v1")
+@FUZZ
+@given(loss_scale=V1_LOSS_SCALES)
+def test_v1_construction(loss_scale):
+    case = {"loss_scale": _identifier(loss_scale, tf_lossscale)}
+    ours = outcome(lambda: _v1_construct(
+        tf_lossscale.MixedPrecisionLossScaleOptimizer, tf_lossscale,
+        loss_scale), lambda r: r)
+    theirs = outcome(lambda: _v1_construct(
+        TF.MixedPrecisionLossScaleOptimizer, TF, loss_scale), lambda r: r)
+    judge(TALLIES["v1"], "v1", "construct", case, ours, theirs)
+
+
+V1_GRADS = st.sampled_from([
+    "tf.constant([1.0, 2.0])", "tf.constant([nan, 1.0])",
+    "tf.constant([inf, 1.0])", "None", "tf.constant([1e38, 1.0])",
+    "tf.IndexedSlices(tf.constant([[1.0]]), tf.constant([1]), "
+    "tf.constant([2]))",
+])
+
+
+def _v1_step(cls, grad, fixed, resource):
+    """One apply_gradients in a TF1 graph; the variable and scale after."""
+    with tf.Graph().as_default():
+        variable = V1.Variable([1.0, 2.0], use_resource=resource)
+        other = V1.Variable([3.0], use_resource=resource)
+        opt = cls(V1.train.GradientDescentOptimizer(0.5),
+                  8.0 if fixed else "dynamic")
+        train = opt.apply_gradients(
+            [(make(grad), variable), (tf.constant([1.0]), other)])
+        with V1.Session() as session:
+            session.run(V1.global_variables_initializer())
+            session.run(train)
+            return {"variables": plain(session.run([variable, other])),
+                    "scale": plain(session.run(opt._loss_scale()))}
+
+
+@_timed("v1")
+@FUZZ_FEW
+@given(grad=V1_GRADS, fixed=st.booleans(), resource=st.booleans())
+@example(grad="tf.constant([1.0, 2.0])", fixed=False, resource=False)
+@example(grad="tf.constant([1.0, 2.0])", fixed=True, resource=False)
+@example(grad="tf.constant([nan, 1.0])", fixed=True, resource=False)
+def test_v1_step(grad, fixed, resource):
+    case = {"grad": grad, "fixed": fixed, "resource": resource,
+            "nonfinite": "nan" in grad or "inf" in grad}
+    ours = outcome(lambda: _v1_step(
+        tf_lossscale.MixedPrecisionLossScaleOptimizer, grad, fixed,
+        resource), lambda r: r)
+    theirs = outcome(lambda: _v1_step(
+        TF.MixedPrecisionLossScaleOptimizer, grad, fixed, resource),
+        lambda r: r)
+    judge(TALLIES["v1"], "v1", "step", case, ours, theirs)

@@ -22,7 +22,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
 import tensorflow as tf
 
-from tf_lossscale import _checks, distribute, gradient_check
+from tf_lossscale import _checks, _tf_private, distribute, gradient_check
 from tf_lossscale import finite as finite_lib
 from tf_lossscale import loss_scale as loss_scale_lib
 
@@ -268,9 +268,22 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
                 args=(grads_and_vars, global_step, name + "-wrapped"))
             return strategy.group(per_replica)
 
-        maybe_apply = distribute.branch(should_apply, apply_fn, tf.no_op)
+        if any(_is_reference_variable(v) for _, v in grads_and_vars):
+            # A reference variable (use_resource=False) cannot be captured
+            # by a TF2 `cond` (float32_ref); TF1's Switch/Merge takes it.
+            with _tf_private.tf1_control_flow():
+                maybe_apply = distribute.branch(should_apply, apply_fn,
+                                                tf.no_op)
+        else:
+            maybe_apply = distribute.branch(should_apply, apply_fn, tf.no_op)
         ops = [op for op in (maybe_apply, update_op) if op is not None]
         return tf.group(*ops, name=name)
+
+
+def _is_reference_variable(variable: Any) -> bool:
+    """Whether `variable` is a TF1 reference variable (dtype float32_ref)."""
+    dtype = getattr(variable, "dtype", None)
+    return bool(getattr(dtype, "_is_ref_dtype", False))
 
 
 def _scaled_loss(loss: LossLike, scale: tf.Tensor) -> LossLike:
