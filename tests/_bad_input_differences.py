@@ -372,6 +372,12 @@ DELIBERATE: List[Difference] = [
         "Numbers given as NumPy scalars or scalar tensors are stored as the "
         "Python float or int they stand for (tf_keras stores the object)."),
     Difference(
+        "tf_keras", "get_scaled_loss",
+        lambda c, o, t: not o.raised and t.raised and c["loss"] == "4.0",
+        "get_scaled_loss takes a Python number as a loss (converted to a "
+        "tensor, as TensorFlow's ops take it); tf_keras reads its `.dtype` "
+        "and raises AttributeError."),
+    Difference(
         "tf_keras", "step",
         lambda c, o, t: c.get("nonfinite") and c.get("fixed")
         and not o.raised and not t.raised,

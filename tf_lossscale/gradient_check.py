@@ -66,12 +66,14 @@ class LossIsNoneError(ValueError, AttributeError):
     __init__ = Exception.__init__  # Rebuildable by AutoGraph (see above).
 
 
-class NotAVariableError(ValueError, NotImplementedError):
+class NotAVariableError(ValueError, NotImplementedError, AttributeError):
     """Something to train is a tensor (or anything else), not a variable.
 
-    A ValueError, as TensorFlow's `minimize` raises, and a
-    NotImplementedError, as tf_keras' `apply_gradients` raises ("Trying to
-    update a Tensor").
+    A ValueError, as TensorFlow's `minimize` raises; a NotImplementedError,
+    as tf_keras' legacy optimizers and TensorFlow's TF1 optimizer raise
+    ("Trying to update a Tensor"); an AttributeError, as tf_keras' current
+    optimizers raise (a tensor has no `_unique_id`). Code written against
+    any of them catches it.
     """
 
     __init__ = Exception.__init__  # Rebuildable by AutoGraph (see above).
