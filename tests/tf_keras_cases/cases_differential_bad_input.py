@@ -214,3 +214,39 @@ def test_a_loss_function_returning_none_raises_attribute_error(family):
         with pytest.raises(AttributeError):
             opt.minimize(lambda: None, [tf.Variable([1.0])],
                          tape=tf.GradientTape())
+
+
+@pytest.mark.parametrize("family", ["SGD", "legacy.SGD"])
+def test_optimizer_made_outside_the_scope_updates_the_scale_once(
+        family, mirrored_strategy):
+    """One agreed verdict is one update: a NaN on replica 1 of 2 halves the
+    scale once (it halved twice, once per replica, when the optimizer's
+    variables were plain ones, made outside `strategy.scope()`)."""
+    strategy = mirrored_strategy
+    trajectories = []
+    for cls in (tf_lossscale.LossScaleOptimizer, THEIRS):
+        opt = cls(inner(family), initial_scale=2.0**15,
+                  dynamic_growth_steps=2)
+        with strategy.scope():
+            variable = tf.Variable([1.0, 2.0])
+
+        @tf.function
+        def step(bad):
+            def replica_step():
+                ctx = tf.distribute.get_replica_context()
+                nan_here = tf.logical_and(
+                    bad, tf.equal(ctx.replica_id_in_sync_group, 1))
+                grad = tf.where(nan_here, tf.constant([NAN, 1.0]),
+                                tf.constant([1.0, 1.0]))
+                opt.apply_gradients([(grad, variable)])
+            strategy.run(replica_step)
+
+        seen = []
+        for bad in (True, False, False, False):
+            step(tf.constant(bad))
+            seen.append(float(opt.loss_scale))
+        trajectories.append(seen)
+        if cls is tf_lossscale.LossScaleOptimizer:
+            assert int(opt.skipped_steps) == 1
+    assert trajectories[0] == trajectories[1] == [16384.0, 16384.0, 32768.0,
+                                                  32768.0]
