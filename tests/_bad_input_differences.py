@@ -24,7 +24,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-__all__ = ["DELIBERATE", "Outcome", "Tally", "judge", "outcome", "plain"]
+__all__ = ["DELIBERATE", "USED", "Outcome", "Tally", "judge", "outcome",
+           "plain", "used_rows"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -386,13 +387,18 @@ DELIBERATE: List[Difference] = [
 ]
 
 
+# Indices of the rows that explained a case in this process.
+USED: collections.Counter = collections.Counter()
+
+
 def explain(pair: str, call: str, case: Dict[str, Any], ours: Outcome,
             theirs: Outcome) -> Optional[str]:
     """The reason of the first listed difference that covers the case."""
-    for row in DELIBERATE:
+    for index, row in enumerate(DELIBERATE):
         if row.pair == pair and row.call == call:
             try:
                 if row.recognises(case, ours, theirs):
+                    USED[index] += 1
                     return row.reason
             except Exception:  # noqa: BLE001 - a row that does not apply
                 continue
@@ -433,3 +439,11 @@ def judge(tally: Tally, pair: str, call: str, case: Dict[str, Any],
         verdict = "deliberate"
     tally.counts[verdict] += 1
     return verdict
+
+
+def used_rows(pairs: List[str]) -> str:
+    """Per row of `pairs`, how many cases it explained in this process."""
+    return "\n".join(
+        f"  row {i} ({row.pair} {row.call}): {USED[i]} cases: "
+        f"{row.reason[:70]}" for i, row in enumerate(DELIBERATE)
+        if row.pair in pairs)

@@ -31,12 +31,19 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from _bad_input_differences import (
+    Outcome,
+    Tally,
+    judge,
+    outcome,
+    plain,
+    used_rows,
+)
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from tensorflow.python.keras.mixed_precision import loss_scale as tf_keras_ls
 
 import tf_lossscale
-from _bad_input_differences import Outcome, Tally, judge, outcome, plain
 
 TF = tf.compat.v1.mixed_precision
 NAN, INF = float("nan"), float("inf")
@@ -75,7 +82,7 @@ def report_totals():
     yield
     lines = [TALLIES[p].line(p, STARTED.get(p + "_seconds", 0.0))
              for p in TALLIES]
-    print("\n" + "\n".join(lines))
+    print("\n" + "\n".join(lines) + "\n" + used_rows(list(TALLIES)))
     path = os.environ.get("BAD_INPUT_FUZZ_TOTALS")
     if path:
         with open(path, "a") as f:
@@ -165,8 +172,9 @@ def test_get_serialize_deserialize(identifier):
             ("get", tf_lossscale.get, tf_keras_ls.get),
             ("serialize", tf_lossscale.serialize, tf_keras_ls.serialize),
             ("deserialize", tf_lossscale.deserialize, tf_keras_ls.deserialize)):
-        ours = outcome(lambda: ours_fn(_identifier(identifier, tf_lossscale)))
-        theirs = outcome(lambda: theirs_fn(_identifier(identifier, TF)))
+        ours = outcome(lambda f=ours_fn: f(_identifier(identifier,
+                                                         tf_lossscale)))
+        theirs = outcome(lambda f=theirs_fn: f(_identifier(identifier, TF)))
         judge(tally, "loss_scale", call,
               {**case, "identifier": _identifier(identifier, tf_lossscale)},
               ours, theirs)
@@ -191,10 +199,8 @@ def test_dynamic_update(grads, eager):
         loss_scale = cls(initial_loss_scale=8.0, increment_period=2)
         results = []
         for expression in grads:
-            def update():
-                ev = eval(expression, {"tf": tf, "nan": NAN,  # noqa: S307
-                                       "inf": INF})
-                return loss_scale.update(ev)
+            def update(expression=expression):
+                return loss_scale.update(make(expression))
             op, verdict = update() if eager else tf.function(update)()
             results.append((None if op is None else "op", plain(verdict),
                             plain(loss_scale())))

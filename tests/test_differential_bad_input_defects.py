@@ -64,7 +64,7 @@ def test_a_step_that_raises_on_a_bad_sparse_row_changes_nothing(traced,
         grads = [tf.ones([2]), tf.IndexedSlices(
             tf.ones([1, 2]), tf.constant([row]), tf.constant([3, 2]))]
 
-        def step():
+        def step(opt=opt, dense=dense, table=table, grads=grads):
             opt.apply_gradients(zip(grads, [dense, table]))
         with pytest.raises(tf.errors.InvalidArgumentError):
             tf.function(step)() if traced else step()

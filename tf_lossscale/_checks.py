@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -49,10 +50,11 @@ def as_python_scalar(value: object) -> object:
     number; anything else as it is (the checks then judge it)."""
     if isinstance(value, np.ndarray) and value.shape == ():
         return value.item()
-    if (tf.is_tensor(value) or isinstance(value, tf.Variable)) and (
-            value.shape.rank == 0 and hasattr(value, "numpy")):
+    tensor: Any = value
+    if (tf.is_tensor(tensor) or isinstance(tensor, tf.Variable)) and (
+            tensor.shape.rank == 0 and hasattr(tensor, "numpy")):
         try:
-            return value.numpy().item()  # type: ignore[union-attr]
+            return tensor.numpy().item()
         except (AttributeError, NotImplementedError, TypeError,
                 ValueError):  # a symbolic tensor has no value yet
             return value

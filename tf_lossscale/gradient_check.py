@@ -45,7 +45,7 @@ class GradientShapeError(ValueError, tf.errors.InvalidArgumentError):
     _experimental_payloads: dict = {}
 
     @property
-    def _message(self) -> str:  # type: ignore[override]
+    def _message(self) -> str:
         return str(self.args[0]) if self.args else ""
 
     def __str__(self) -> str:

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras
-from _bad_input_differences import Tally, judge, outcome, plain
+from _bad_input_differences import Tally, judge, outcome, plain, used_rows
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -58,7 +58,7 @@ def inner(family):
 def report_totals():
     yield
     line = TALLY.line("tf_keras", SECONDS[0])
-    print("\n" + line)
+    print("\n" + line + "\n" + used_rows(["tf_keras"]))
     path = os.environ.get("BAD_INPUT_FUZZ_TOTALS")
     if path:
         with open(path, "a") as f:
@@ -238,7 +238,7 @@ def test_optimizer_made_outside_the_scope_updates_the_scale_once(
                     bad, tf.equal(ctx.replica_id_in_sync_group, 1))
                 grad = tf.where(nan_here, tf.constant([NAN, 1.0]),
                                 tf.constant([1.0, 1.0]))
-                opt.apply_gradients([(grad, variable)])
+                opt.apply_gradients([(grad, variable)])  # noqa: B023
             strategy.run(replica_step)
 
         seen = []
