@@ -353,13 +353,6 @@ DELIBERATE: List[Difference] = [
         "(a bool, a scale <= 0 or non-finite or beyond float32, a period "
         "< 1 or fractional); tf_keras stores them and fails later."),
     Difference(
-        "tf_keras", "construct",
-        lambda c, o, t: not o.raised and not t.raised and (
-            _any_arg(c, lambda x: _number(x) is not None
-                     and not isinstance(x, (int, float)))),
-        "Numbers given as NumPy scalars or scalar tensors are stored as the "
-        "Python float or int they stand for (tf_keras stores the object)."),
-    Difference(
         "tf_keras", "get_scaled_loss",
         lambda c, o, t: not o.raised and t.raised and c["loss"] == "4.0",
         "get_scaled_loss takes a Python number as a loss (converted to a "
