@@ -64,8 +64,8 @@ def test_a_step_that_raises_on_a_bad_sparse_row_changes_nothing(traced,
         grads = [tf.ones([2]), tf.IndexedSlices(
             tf.ones([1, 2]), tf.constant([row]), tf.constant([3, 2]))]
 
-        def step(opt=opt, dense=dense, table=table, grads=grads):
-            opt.apply_gradients(zip(grads, [dense, table]))
+        def step():
+            opt.apply_gradients(zip(grads, [dense, table]))  # noqa: B023
         with pytest.raises(tf.errors.InvalidArgumentError):
             tf.function(step)() if traced else step()
         after = _state(opt, [dense, table])
