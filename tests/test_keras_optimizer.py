@@ -120,12 +120,42 @@ def test_wrapping_a_loss_scale_optimizer_raises_type_error(wrap):
         KerasLossScaleOptimizer(inner)
 
 
-@pytest.mark.parametrize("dynamic", ["dynamic", 1, None, np.bool_(True)],
-                         ids=["string", "int", "none", "numpy_bool"])
+@pytest.mark.parametrize("dynamic", ["dynamic", None, np.bool_(True)],
+                         ids=["string", "none", "numpy_bool"])
 def test_non_bool_dynamic_raises_type_error(dynamic):
     with pytest.raises(TypeError, match="dynamic must be a bool") as e:
         tf_lossscale.LossScaleOptimizer(keras.optimizers.SGD(), dynamic)
     assert repr(dynamic) in str(e.value)
+    with pytest.raises(TypeError, match="dynamic must be a bool") as e:
+        tf_lossscale.LossScaleOptimizer(keras.optimizers.SGD(),
+                                        dynamic=dynamic)
+
+
+@pytest.mark.parametrize("args, scale, steps", [
+    ((1024,), 1024.0, 2000), ((1,), 1.0, 2000), ((512.0, 10), 512.0, 10),
+    ((np.float32(8), 3, "n"), 8.0, 3)])
+def test_a_number_second_is_keras3s_initial_scale(args, scale, steps):
+    # Keras 3's signature is (inner_optimizer, initial_scale,
+    # dynamic_growth_steps, name): a number second can only mean that.
+    ours = tf_lossscale.LossScaleOptimizer(keras.optimizers.SGD(), *args)
+    theirs = keras.mixed_precision.LossScaleOptimizer(
+        keras.optimizers.SGD(), *args)
+    assert (ours.dynamic, ours.initial_scale, ours.dynamic_growth_steps) == (
+        True, scale, steps)
+    assert (float(theirs.initial_scale), theirs.dynamic_growth_steps) == (
+        scale, steps)
+    assert float(ours.loss_scale) == float(theirs.scale_loss(1.0)) == scale
+    if len(args) == 3:
+        assert ours.name == theirs.name == "n"
+
+
+def test_a_number_second_and_its_keyword_is_a_type_error_as_in_keras3():
+    for cls in (tf_lossscale.LossScaleOptimizer,
+                keras.mixed_precision.LossScaleOptimizer):
+        with pytest.raises(TypeError, match="multiple values"):
+            cls(keras.optimizers.SGD(), 1024, initial_scale=8)
+    with pytest.raises(TypeError, match="at most"):
+        tf_lossscale.LossScaleOptimizer(keras.optimizers.SGD(), 1, 2, "n", 4)
 
 
 @pytest.mark.parametrize("kwargs, name", [

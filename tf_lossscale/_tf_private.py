@@ -14,6 +14,7 @@ from typing import Any, Dict, Iterator
 
 import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2 as _attr_value_pb2
+from tensorflow.python.ops import control_flow_util as _control_flow_util
 from tensorflow.python.platform import tf_logging as _tf_logging
 
 Trackable = tf.__internal__.tracking.Trackable
@@ -25,7 +26,7 @@ __all__ = ["DelegatingTrackableMixin", "Trackable", "in_xla_context",
            "no_automatic_dependency_tracking",
            "keras_gradients_already_summed",
            "run_cond_as_one_call", "strategy_supports_no_merge_call",
-           "track_child", "tf_logging_warning"]
+           "tf1_control_flow", "track_child", "tf_logging_warning"]
 
 # The tf_keras LossScaleOptimizer is, to a checkpoint, its inner optimizer
 # plus a `loss_scale` child: it delegates the whole trackable protocol to the
@@ -186,3 +187,23 @@ def keras_gradients_already_summed(optimizer: Any) -> Iterator[None]:
             if not _SUMMED_DEPTH[key]:
                 del _SUMMED_DEPTH[key]
                 del optimizer._all_reduce_sum_gradients
+
+
+@contextlib.contextmanager
+def tf1_control_flow() -> Iterator[None]:
+    """Builds `tf.cond`s in a TF1 graph as TF1's Switch/Merge while open.
+
+    In a TF2 process a `tf.cond` in a `tf.compat.v1.Graph` is a functional
+    `If`, whose branches cannot capture a reference variable
+    (`use_resource=False`, dtype float32_ref): the update op fails to build.
+    TF1's control flow takes them. The switch is TensorFlow's module-level
+    flag (`control_flow_util.ENABLE_CONTROL_FLOW_V2`, no public spelling
+    but `tf.compat.v1.disable_control_flow_v2`, which is global); it is
+    restored on exit. Inside a `tf.function` the flag is not read.
+    """
+    old = _control_flow_util.ENABLE_CONTROL_FLOW_V2
+    _control_flow_util.ENABLE_CONTROL_FLOW_V2 = False
+    try:
+        yield
+    finally:
+        _control_flow_util.ENABLE_CONTROL_FLOW_V2 = old

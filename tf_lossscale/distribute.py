@@ -44,6 +44,13 @@ class ReplicaContextError(RuntimeError, ValueError):
     either original catches it.
     """
 
+    # AutoGraph re-raises an exception from converted code with its own
+    # type only if it can rebuild it from a message: its type is one of a
+    # few builtins, or its `__init__` is `Exception.__init__` (a class with
+    # two bases inherits its first base's, so it is set here). Without it,
+    # `tf.function` callers get AutoGraph's StagingError instead.
+    __init__ = Exception.__init__
+
 
 def _strategy_name() -> str:
     return type(tf.distribute.get_strategy()).__name__

@@ -18,16 +18,19 @@ works beside `scale_loss`.
 from __future__ import annotations
 
 import copy
+import inspect
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import keras
 import tensorflow as tf
 
 from tf_lossscale import (
+    _checks,
     _tf_private,
     config_conversion,
     distribute,
     experimental,
+    gradient_check,
 )
 from tf_lossscale import finite as finite_lib
 from tf_lossscale import optimizer as optimizer_lib
@@ -63,6 +66,10 @@ class UnbuiltApplyError(ValueError, TypeError):
     A ValueError, as this package raises for bad input, and a TypeError, as
     Keras 3 raises there.
     """
+
+    # Rebuildable by AutoGraph, so `tf.function` callers see this type
+    # (see `distribute.ReplicaContextError`).
+    __init__ = Exception.__init__
 
 
 def _is_keras3_optimizer(inner_optimizer: Any) -> bool:
@@ -110,6 +117,58 @@ def _check_base_arguments(kwargs: Dict[str, Any]) -> None:
             f"{sorted(settings_lib.KNOB_DEFAULTS)}.")
 
 
+# The positional arguments after the inner optimizer, in TensorFlow's
+# documented signature (which this class has) and in Keras 3's.
+_TF_POSITIONALS = ("dynamic", "initial_scale", "dynamic_growth_steps", "name")
+_KERAS3_POSITIONALS = ("initial_scale", "dynamic_growth_steps", "name")
+
+
+def _bind_positionals(args: Tuple[Any, ...], kwargs: Dict[str, Any]
+                      ) -> Dict[str, Any]:
+    """Names the positional arguments as the signature they were written for.
+
+    TensorFlow's signature has `dynamic` (a bool) second; Keras 3's,
+    `(inner_optimizer, initial_scale=2**15, dynamic_growth_steps=2000,
+    name=None)`, has `initial_scale`. A number second can only be Keras 3's
+    reading, so Keras 3 code `LossScaleOptimizer(opt, 1024)` means dynamic
+    scaling from 1024, as in Keras 3; a bool second (or none) is
+    TensorFlow's reading.
+
+    Raises:
+      NotANumberError: the second argument is neither a bool nor a number
+        (a TypeError, as for TensorFlow's `dynamic`, and a ValueError, as
+        for Keras 3's `initial_scale`).
+      TypeError: too many positional arguments, or one given twice.
+    """
+    if not args:
+        return kwargs
+    first = args[0]
+    keras3 = not isinstance(first, bool) and _checks.is_real(
+        _checks.as_python_scalar(first))
+    if not keras3 and not isinstance(first, bool):
+        raise _checks.NotANumberError(
+            '"dynamic" argument to LossScaleOptimizer.__init__ must be a '
+            f"bool, but got: {first!r}. dynamic must be a bool (TensorFlow's "
+            "signature), or else the second argument is Keras 3's "
+            f"initial_scale, a number; got {first!r} of type "
+            f"{type(first).__name__}, which is neither.")
+    names = _KERAS3_POSITIONALS if keras3 else _TF_POSITIONALS
+    if len(args) > len(names):
+        raise TypeError(
+            f"LossScaleOptimizer takes at most {len(names) + 1} positional "
+            f"arguments (inner_optimizer, {', '.join(names)}); got "
+            f"{len(args) + 1}.")
+    bound = dict(zip(names, args))
+    twice = sorted(set(bound) & set(kwargs))
+    if twice:
+        raise TypeError(
+            f"LossScaleOptimizer got multiple values for {twice}: the "
+            f"positional arguments read as {names[:len(args)]}.")
+    if keras3:
+        bound["dynamic"] = True
+    return {**kwargs, **bound}
+
+
 class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
                               keras.mixed_precision.LossScaleOptimizer,
                               wraps=_is_keras3_optimizer):
@@ -122,15 +181,20 @@ class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
     """
 
     def __init__(self, inner_optimizer: keras.optimizers.Optimizer,
-                 dynamic: bool = True, initial_scale: Optional[float] = None,
-                 dynamic_growth_steps: Optional[int] = None,
-                 name: Optional[str] = None, *, min_scale: float = 1.0,
-                 max_scale: Optional[float] = None,
-                 growth_factor: float = 2.0, backoff_factor: float = 0.5,
-                 hysteresis: int = 1,
-                 max_consecutive_skips: Optional[int] = None,
-                 save_telemetry: bool = False,
-                 **kwargs: Any) -> None:
+                 *args: Any, **kwargs: Any) -> None:
+        # TensorFlow's signature (see `_init`), or Keras 3's positionals.
+        self._init(inner_optimizer, **_bind_positionals(args, kwargs))
+
+    def _init(self, inner_optimizer: keras.optimizers.Optimizer,
+              dynamic: bool = True, initial_scale: Optional[float] = None,
+              dynamic_growth_steps: Optional[int] = None,
+              name: Optional[str] = None, *, min_scale: float = 1.0,
+              max_scale: Optional[float] = None,
+              growth_factor: float = 2.0, backoff_factor: float = 0.5,
+              hysteresis: int = 1,
+              max_consecutive_skips: Optional[int] = None,
+              save_telemetry: bool = False,
+              **kwargs: Any) -> None:
         _check_inner(inner_optimizer, type(self))
         settings = settings_lib.check_settings(
             dynamic, initial_scale, dynamic_growth_steps,
@@ -183,8 +247,18 @@ class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
 
     @tf.autograph.experimental.do_not_convert
     def scale_loss(self, loss: tf.Tensor) -> tf.Tensor:
-        """Keras 3's name for `get_scaled_loss`, called by `fit`."""
-        return self.get_scaled_loss(loss)
+        """`loss` times the scale, with Keras 3's dtype rule; `fit` calls it.
+
+        As Keras 3 multiplies: once built, by the float32 scale variable, so
+        a float16 loss gives a float32 scaled loss (4.0 * 2**15 is 131072,
+        not float16's inf); before, by the scale as a Python number, which
+        keeps the loss's dtype. `get_scaled_loss` (TensorFlow's) keeps the
+        loss's dtype always.
+        """
+        self._marks.scaled_loss()
+        scale: Any = (self._current_scale() if self.built
+                      else self._settings.initial_scale)
+        return keras.ops.multiply(loss, scale)
 
     @tf.autograph.experimental.do_not_convert
     def check_finite(self, grads: Iterable[Any]) -> tf.Tensor:
@@ -299,6 +373,8 @@ class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
                 "minimize() needs a tape when loss is a tensor: pass "
                 "tape=the tf.GradientTape that computed it, or pass a "
                 f"callable loss; got loss={loss!r} and tape=None.")
+        var_list = list(var_list)
+        gradient_check.check_variables(var_list)
         tape = tape if tape is not None else tf.GradientTape()
         with tape:
             if callable(loss):
@@ -352,6 +428,10 @@ class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
     def get_config(self) -> Dict[str, Any]:
         return {"name": self.name, **super().get_config()}
 
+
+# What `inspect.signature` shows: TensorFlow's documented signature.
+KerasLossScaleOptimizer.__init__.__signature__ = (  # type: ignore[attr-defined]
+    inspect.signature(KerasLossScaleOptimizer._init))
 
 for _name in HYPERPARAMETERS:
     setattr(KerasLossScaleOptimizer, _name, InnerAttribute(_name))

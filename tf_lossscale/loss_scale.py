@@ -31,6 +31,7 @@ __all__ = [
     "DynamicLossScale",
     "FixedLossScale",
     "LossScale",
+    "LossScaleConfigError",
     "deserialize",
     "get",
     "serialize",
@@ -157,8 +158,17 @@ class FixedLossScale(LossScale):
 
 def _check_fixed_value(value: Any) -> float:
     """`check_real` for `loss_scale_value`, its message led by TF's phrase."""
+    # Python and NumPy numbers only, as TensorFlow's class (a tensor is not
+    # one, unlike for DynamicLossScale).
     try:
+        if not _checks.is_real(value):
+            raise _checks.NotANumberError(
+                "loss_scale_value must be a Python int or float. "
+                "loss_scale_value must be a finite int or float >= 1; got "
+                f"{value!r} of type {type(value).__name__}.")
         return _checks.check_real("loss_scale_value", value, minimum=1.0)
+    except _checks.NotANumberError:
+        raise
     except ValueError as e:
         if not _checks.is_real(value):
             phrase = "a Python int or float"
@@ -288,53 +298,125 @@ class DynamicLossScale(LossScale):
 _CLASSES = {cls.__name__: cls for cls in (FixedLossScale, DynamicLossScale)}
 
 
-def get(identifier: Any) -> Optional[LossScale]:
+# TensorFlow's own loss scales, which work wherever ours do (same methods,
+# same checkpoint keys): `get` and `serialize` take them as TensorFlow does.
+_TF_LOSS_SCALE: Any = tf.compat.v1.mixed_precision.LossScale
+
+
+class LossScaleConfigError(ValueError, TypeError):
+    """A loss-scale config whose entries do not fit its class.
+
+    A ValueError, as this package raises for bad input, and a TypeError,
+    as TensorFlow's `deserialize` raises there (from the constructor).
+    """
+
+    # Rebuildable by AutoGraph (see `distribute.ReplicaContextError`).
+    __init__ = Exception.__init__
+
+
+def get(identifier: Any) -> Any:
     """Returns a loss scale for `identifier`.
 
-    None gives None, a `LossScale` itself, an int or float a
-    `FixedLossScale`, and the string "dynamic" a default `DynamicLossScale`.
+    None gives None, a `LossScale` (ours or TensorFlow's) itself, an int or
+    float a `FixedLossScale`, the string "dynamic" a default
+    `DynamicLossScale`, and a dict what `deserialize` makes of it (as
+    TensorFlow's Keras `get` does).
 
     Raises:
       ValueError: any other identifier.
     """
-    if identifier is None or isinstance(identifier, LossScale):
+    if identifier is None or isinstance(identifier, (LossScale,
+                                                     _TF_LOSS_SCALE)):
         return identifier
+    if isinstance(identifier, dict):
+        try:
+            return deserialize(identifier)
+        except LossScaleConfigError:
+            raise
+        except ValueError as e:
+            raise ValueError(f"{_not_an_identifier(identifier)} {e}") from None
     # isinstance first: `==` on a tensor or array is elementwise or raises.
     if isinstance(identifier, str) and identifier == "dynamic":
         return DynamicLossScale()
     if _checks.is_real(identifier):
         return FixedLossScale(identifier)
+    raise ValueError(_not_an_identifier(identifier))
+
+
+def _not_an_identifier(identifier: Any) -> str:
     # TensorFlow's phrase first, so code matching its message still does.
-    raise ValueError(
+    return (
         f"Could not interpret loss scale identifier: {identifier}. A loss "
         "scale identifier must be None, 'dynamic', an int or float >= 1, or "
         f"a LossScale instance; got {identifier!r} of type "
-        f"{type(identifier).__name__}.")
+        f"{type(identifier).__name__}. A serialized loss scale (a dict "
+        "{'class_name': ..., 'config': ...}) is taken too.")
 
 
-def serialize(loss_scale: LossScale) -> Dict[str, Any]:
-    """Returns `{"class_name": ..., "config": ...}` for a loss scale."""
-    if type(loss_scale) not in _CLASSES.values():
+def serialize(loss_scale: Any) -> Optional[Dict[str, Any]]:
+    """Returns `{"class_name": ..., "config": ...}` for a loss scale.
+
+    Any `LossScale` (ours, a subclass, or TensorFlow's own); None gives
+    None, as TensorFlow's Keras `serialize` does.
+    """
+    if loss_scale is None:
+        return None
+    if not isinstance(loss_scale, (LossScale, _TF_LOSS_SCALE)):
         raise ValueError(
             "serialize() takes a FixedLossScale or DynamicLossScale; got "
-            f"{loss_scale!r} of type {type(loss_scale).__name__}.")
+            f"{loss_scale!r} of type {type(loss_scale).__name__}. (Any "
+            "LossScale, TensorFlow's included, and None are taken too.)")
     return {"class_name": type(loss_scale).__name__,
             "config": loss_scale.get_config()}
 
 
-def deserialize(config: Dict[str, Any]) -> LossScale:
-    """Inverse of `serialize`."""
-    accepted = ("a dict {'class_name': 'FixedLossScale' or "
-                "'DynamicLossScale', 'config': {...}}")
-    if not isinstance(config, dict) or set(config) != {"class_name",
-                                                       "config"}:
-        raise ValueError(f"deserialize() takes {accepted}; got {config!r}.")
-    cls = _CLASSES.get(config["class_name"])
-    if cls is None or not isinstance(config["config"], dict):
-        raise ValueError(f"deserialize() takes {accepted}; got {config!r}.")
+_ACCEPTED_CONFIG = (
+    "a dict {'class_name': 'FixedLossScale' or 'DynamicLossScale', "
+    "'config': {...}}")
+_ALSO_ACCEPTED = (
+    " (Also taken: a class name of custom_objects in 'class_name', a bare "
+    "class name, and None.)")
+
+
+def deserialize(config: Any,
+                custom_objects: Optional[Dict[str, Any]] = None) -> Any:
+    """Inverse of `serialize`: a loss scale from its config.
+
+    As TensorFlow's Keras `deserialize`: `custom_objects` maps further class
+    names to classes, a bare class name builds that class with its
+    defaults, None gives None, and Keras 3's extra entries (`module`,
+    `registered_name`) are ignored.
+
+    Raises:
+      ValueError: `config` names no known class or is not such a config.
+      LossScaleConfigError: the config's entries do not fit the class (a
+        ValueError and a TypeError).
+    """
+    if config is None:
+        return None
+    if isinstance(config, str):
+        return _class_named(config, custom_objects, config)()
+    if not isinstance(config, dict) or "class_name" not in config or (
+            not isinstance(config.get("config"), dict)):
+        raise ValueError(
+            f"deserialize() takes {_ACCEPTED_CONFIG}; got {config!r}."
+            f"{_ALSO_ACCEPTED}")
+    cls = _class_named(config["class_name"], custom_objects, config)
     try:
         return cls.from_config(config["config"])
     except TypeError as e:
-        raise ValueError(
+        raise LossScaleConfigError(
             f"Config {config['config']!r} does not fit {cls.__name__}: {e}"
         ) from None
+
+
+def _class_named(name: Any, custom_objects: Optional[Dict[str, Any]],
+                 config: Any) -> Any:
+    cls = (custom_objects or {}).get(name) if isinstance(name, str) else None
+    if cls is None and isinstance(name, str):
+        cls = _CLASSES.get(name)
+    if cls is None:
+        raise ValueError(
+            f"Unknown loss scale: {name!r}. deserialize() takes "
+            f"{_ACCEPTED_CONFIG}; got {config!r}.{_ALSO_ACCEPTED}")
+    return cls

@@ -58,7 +58,11 @@ from tf_lossscale.flavour_registry import (  # noqa: F401
     reject_loss_scale_optimizer,
     wrong_family,
 )
-from tf_lossscale.gradient_check import check_gradients
+from tf_lossscale.gradient_check import (
+    check_gradients,
+    check_loss,
+    checked_sparse_rows,
+)
 from tf_lossscale.gradient_marks import GradientMarks, Taken
 from tf_lossscale.inner_attribute import InnerAttribute
 from tf_lossscale.optimizer_config import OptimizerConfig
@@ -339,6 +343,7 @@ class LossScaleOptimizer(SkipReporting, OptimizerConfig):
             def scaled_loss() -> tf.Tensor:
                 return self.get_scaled_loss(loss())
             return scaled_loss
+        check_loss(loss)
         loss = tf.convert_to_tensor(loss)
         self._marks.scaled_loss()
         return loss * tf.cast(self._current_scale(), loss.dtype)
@@ -390,9 +395,12 @@ class LossScaleOptimizer(SkipReporting, OptimizerConfig):
               verdict: Optional[tf.Tensor] = None) -> tf.Tensor:
         """`step.loss_scaled_step` with this optimizer's parts.
 
-        Eagerly, with `max_consecutive_skips`, it raises `SkipStreakError`
-        once a step completes a run of that many skipped steps.
+        Sparse gradients' rows are checked first, so that a step that
+        raises on one changes nothing (`checked_sparse_rows`). Eagerly,
+        with `max_consecutive_skips`, it raises `SkipStreakError` once a
+        step completes a run of that many skipped steps.
         """
+        grads, verdict = checked_sparse_rows(grads, variables, verdict)
         finite = step_lib.loss_scaled_step(
             grads, scale=self._current_scale(),
             already_unscaled=already_unscaled,

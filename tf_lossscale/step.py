@@ -69,6 +69,31 @@ def advance(variables: ScaleVariables, finite: tf.Tensor,
         return tf.group(*[v.assign(x) for v, x in writes])
 
 
+def _advance_once(variables: ScaleVariables, finite: tf.Tensor,
+                  rule: Optional[state_machine.Rule]) -> Any:
+    """`advance`, once per step even when the variables are not mirrored.
+
+    An optimizer created outside `strategy.scope()` holds plain variables:
+    every replica would assign them, so one agreed skip would back the
+    scale off once per replica. Then the update is made once, from the
+    cross-replica context (each worker holds its own copy). Decided at
+    trace time; mirrored variables take the plain path.
+    """
+    context = tf.distribute.get_replica_context()
+    plain = [v for v in variables if isinstance(v, tf.Variable)
+             and not isinstance(v, tf.distribute.DistributedValues)]
+    if (context is None or context.num_replicas_in_sync == 1 or not plain
+            or tf.distribute.in_cross_replica_context()):
+        return advance(variables, finite, rule)
+
+    def once(strategy: tf.distribute.Strategy, verdict: Any) -> Any:
+        # Every replica holds the same agreed verdict; read the first.
+        first = strategy.experimental_local_results(verdict)[0]
+        return advance(variables, first, rule)
+
+    return context.merge_call(once, args=(finite,))
+
+
 def _read(variable: Any) -> tf.Tensor:
     """The value of a tf.Variable or a Keras 3 variable (no `read_value`)."""
     return tf.convert_to_tensor(variable)
@@ -137,7 +162,7 @@ def loss_scaled_step(
         finite, unscaled, apply, skip,
         None if record is None else lambda g: record(g, scale))
     # Last, so that an inner optimizer that raises leaves the scale as it is.
-    advanced = advance(variables, finite, rule)
+    advanced = _advance_once(variables, finite, rule)
     if not tf.executing_eagerly() and not tf.inside_function():
         # A TF1 graph runs only what is fetched: the verdict carries the step
         # (tf_keras' legacy wrapper returns its train op from a graph).

@@ -22,7 +22,13 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
 import tensorflow as tf
 
-from tf_lossscale import _checks, distribute, skip_record
+from tf_lossscale import (
+    _checks,
+    _tf_private,
+    distribute,
+    gradient_check,
+    skip_record,
+)
 from tf_lossscale import finite as finite_lib
 from tf_lossscale import loss_scale as loss_scale_lib
 
@@ -47,6 +53,10 @@ class NotAV1OptimizerError(TypeError, ValueError):
     Both a `TypeError` (the kind of mistake it is) and a `ValueError` (what
     TensorFlow's own class raises), so code written against either catches it.
     """
+
+    # Rebuildable by AutoGraph, so `tf.function` callers see this type
+    # (see `distribute.ReplicaContextError`).
+    __init__ = Exception.__init__
 
 
 def _check_optimizer(opt: Any) -> None:
@@ -282,7 +292,14 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
             apply_fn, skip_fn = _stop_branches(
                 self, apply_fn, grads, [v for _, v in grads_and_vars],
                 strategy)
-        maybe_apply = distribute.branch(should_apply, apply_fn, skip_fn)
+        if any(_is_reference_variable(v) for _, v in grads_and_vars):
+            # A reference variable (use_resource=False) cannot be captured
+            # by a TF2 `cond` (float32_ref); TF1's Switch/Merge takes it.
+            with _tf_private.tf1_control_flow():
+                maybe_apply = distribute.branch(should_apply, apply_fn,
+                                                skip_fn)
+        else:
+            maybe_apply = distribute.branch(should_apply, apply_fn, skip_fn)
         ops = [op for op in (maybe_apply, update_op) if op is not None]
         return tf.group(*ops, name=name)
 
@@ -345,11 +362,17 @@ def _stop_branches(self: MixedPrecisionLossScaleOptimizer,
     return apply_and_reset, count_and_check
 
 
+def _is_reference_variable(variable: Any) -> bool:
+    """Whether `variable` is a TF1 reference variable (dtype float32_ref)."""
+    dtype = getattr(variable, "dtype", None)
+    return bool(getattr(dtype, "_is_ref_dtype", False))
+
 
 def _scaled_loss(loss: LossLike, scale: tf.Tensor) -> LossLike:
     """`loss * scale` in the loss dtype; a callable stays a callable."""
     if callable(loss):
         return lambda: _scaled_loss(loss(), scale)
+    gradient_check.check_loss(loss)
     loss = tf.convert_to_tensor(loss)
     return loss * tf.cast(scale, loss.dtype)
 
