@@ -137,7 +137,8 @@ def run_plugin_suite(plugin: str, test_file: pathlib.Path, swap_env: str,
     environ = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=path,
                    **{swap_env: swap}, **env)
     return run_pytest(
-        ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", plugin, "-o",
+        ["-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", "-p", plugin,
+         "-o",
          "junit_logging=no", *(["-k", k] if k else []), str(test_file)],
         environ, what=swap)
 

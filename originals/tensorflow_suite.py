@@ -109,7 +109,8 @@ def _child(flavour: str, test_file: str, v1: bool, junit: str) -> int:
     _install_aliases()
     plugins = [_Swap()] if flavour == "ours" else []
     return int(pytest.main(
-        ["-q", "-p", "no:cacheprovider", junit, "--rootdir", str(FILES),
+        ["-q", "-n", "0", "-p", "no:cacheprovider", junit, "--rootdir",
+         str(FILES),
          test_file], plugins=plugins))
 
 

@@ -27,8 +27,8 @@ def test_every_case_module_is_found():
 def test_tf_keras_cases_pass_under_legacy_keras(module):
     env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2")
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-         str(module.relative_to(ROOT))],
+        [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p",
+         "no:cacheprovider", str(module.relative_to(ROOT))],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     output = result.stdout + result.stderr
     assert result.returncode == 0, (
