@@ -14,6 +14,7 @@ from typing import Any, Dict, Iterator
 
 import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2 as _attr_value_pb2
+from tensorflow.python.ops import control_flow_util as _control_flow_util
 from tensorflow.python.platform import tf_logging as _tf_logging
 
 Trackable = tf.__internal__.tracking.Trackable
@@ -23,7 +24,7 @@ __all__ = ["DelegatingTrackableMixin", "Trackable",
            "keras_check_variables_are_known", "keras_iterations_variable",
            "mark_wrapped_by_loss_scale_optimizer",
            "no_automatic_dependency_tracking",
-           "keras_gradients_already_summed",
+           "keras_gradients_already_summed", "in_xla_context",
            "run_cond_as_one_call", "strategy_supports_no_merge_call",
            "track_child", "tf_logging_warning"]
 
@@ -52,6 +53,21 @@ def strategy_supports_no_merge_call() -> bool:
     where the step is traced. No public spelling.
     """
     return tf.__internal__.distribute.strategy_supports_no_merge_call()
+
+
+def in_xla_context() -> bool:
+    """True while tracing code that XLA compiles whole.
+
+    `tf.function(jit_compile=True)` (Keras' `compile(jit_compile=True)`,
+    its default for `fit` on a GPU) traces its body in an XLA context; the
+    step then shapes its check and its apply-or-skip for XLA's fusion
+    (see `finite.py` and `distribute.branch`). TensorFlow's own ops ask the
+    same question this way (`control_flow_util`); it has no public spelling.
+    """
+    if tf.executing_eagerly():
+        return False
+    graph = tf.compat.v1.get_default_graph()
+    return bool(_control_flow_util.GraphOrParentsInXlaContext(graph))
 
 
 def keras_iterations_variable(optimizer):

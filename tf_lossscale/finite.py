@@ -40,6 +40,18 @@ Two back ends compute the same verdict:
   NaN. On CPU XLA is slower than graph ops for this work, hence the choice
   by device.
 
+- Inside a caller that XLA compiles whole (`jit_compile=True`, Keras'
+  default for `fit` on a GPU). Neither of the above: XLA fuses across the
+  whole step, so each gradient is divided where it is used (the division
+  fuses into the optimizer's update, no unscaled copy is written) and read
+  once more for the verdict, one reduction per gradient:
+  `reduce_max(|g|)` with NaN counted as +Inf. All of `g / scale` is finite
+  iff `max|g| / scale` is (the division is monotonic, and a NaN or Inf
+  makes the maximum infinite), so the verdict is exactly the check of what
+  is applied. Joining into buckets would write a copy of every gradient,
+  and a division shared by the check and the update would be written out
+  once for both (XLA does not duplicate a division into two kernels).
+
 No probe multiplies by zero: TF 2.16's Grappler constant folding rewrites
 `x * 0` to `0`, NaN or not, inside `tf.function`.
 
@@ -61,8 +73,12 @@ from typing import (
 
 import tensorflow as tf
 
+from tf_lossscale import _tf_private
+
 __all__ = [
     "all_finite",
+    "check_unscaled",
+    "divides_where_used",
     "unscale_all",
     "unscale_and_check",
 ]
@@ -110,6 +126,8 @@ def all_finite(grads: Any, *, jit_compile: Optional[bool] = None
               if v is not None]
     if not values:
         return tf.constant(True)
+    if _compiled_whole(jit_compile):
+        return _compiled_verdict(values, None)
     xla_plan, graph_plan = _plans(values, jit_compile)
     checks = []
     if xla_plan:
@@ -119,6 +137,33 @@ def all_finite(grads: Any, *, jit_compile: Optional[bool] = None
         checks.append(_graph_verdict(
             [_join(b) for b in graph_plan.buckets] + graph_plan.large))
     return _all(checks)
+
+
+def divides_where_used() -> bool:
+    """Whether the caller is compiled whole by XLA (see the module doc).
+
+    There a step checks the scaled gradients with `check_unscaled` and
+    divides them where the update uses them, inside its apply branch: XLA
+    fuses a division into its one consumer, but writes out one that is
+    computed outside a conditional and used inside it.
+    """
+    return _compiled_whole(None)
+
+
+@_not_converted
+def check_unscaled(grads: Sequence[Any], scale: Any) -> tf.Tensor:
+    """True iff all of `unscale_all(grads, scale)` is finite, not dividing.
+
+    Inside a caller compiled whole by XLA this is one reduction per
+    gradient (`max|g|`, NaN as +Inf) and one division of the largest;
+    elsewhere it is `unscale_and_check`'s verdict.
+    """
+    values = [v for v in map(_dense_values, grads) if v is not None]
+    if not values:
+        return tf.constant(True)
+    if _compiled_whole(None):
+        return _compiled_verdict(values, tf.cast(scale, tf.float32))
+    return unscale_and_check(list(grads), scale)[1]
 
 
 @_not_converted
@@ -165,6 +210,11 @@ def _unscale(grads: Sequence[Any], scale: Any, jit_compile: Optional[bool],
     present = [v for v in values if v is not None]
     if not present:
         return grads, tf.constant(True)
+    if _compiled_whole(jit_compile):
+        unscaled = [g if v is None else _rebuild(
+            g, _divide(v, scale, tf.math.divide)) for g, v in zip(grads, values)]
+        return unscaled, (_compiled_verdict(present, scale) if check
+                          else None)
     xla_plan, graph_plan = _plans(present, jit_compile)
     done: Dict[int, tf.Tensor] = {}  # id(dense value) -> unscaled value
     checks = []
@@ -343,6 +393,65 @@ def _all(checks: List[tf.Tensor]) -> tf.Tensor:
     if len(checks) == 1:
         return checks[0]
     return tf.reduce_all(tf.stack(checks))
+
+
+def _compiled_whole(jit_compile: Optional[bool]) -> bool:
+    """Whether the caller is compiled whole by XLA (and no back end forced)."""
+    return jit_compile is None and _tf_private.in_xla_context()
+
+
+def _compiled_verdict(values: List[tf.Tensor], scale: Optional[tf.Tensor]
+                      ) -> tf.Tensor:
+    """`_max_verdict`, read with one sum per gradient when it can be.
+
+    XLA's CPU reductions read a gradient in place only when nothing is
+    fused into them: `reduce_sum(g)` reads it once, while `max(|g|)` or
+    `all(is_finite(g))` first write an elementwise temporary. A finite
+    total proves every gradient finite, and dividing a finite value by a
+    scale >= 1 cannot overflow; only otherwise (a skipped step, sums that
+    overflow, or a scale below 1) does `_max_verdict` decide, in a
+    conditional whose other branch is empty (so XLA keeps it one).
+    """
+    wide = [v for v in values if v.dtype not in _NARROW]
+    narrow = [v for v in values if v.dtype in _NARROW]
+    checks = [_is_finite(v) for v in narrow]
+    if wide:
+        total = _add([tf.cast(tf.reduce_sum(v), tf.float32) for v in wide])
+        fast = tf.math.is_finite(total)
+        if scale is not None:
+            fast = tf.logical_and(fast, scale >= 1.0)
+        checks.append(tf.cond(fast, lambda: fast,
+                              lambda: _max_verdict(wide, scale)))
+    if narrow and scale is not None:
+        checks.append(_max_verdict(narrow, scale))
+    return _all(checks)
+
+
+def _max_verdict(values: List[tf.Tensor], scale: Optional[tf.Tensor]
+                 ) -> tf.Tensor:
+    """True iff every `_divide(v, scale)` (every `v` if no scale) is finite.
+
+    One reduction per tensor, `max(|v|)` with NaN as +Inf (XLA's CPU max
+    drops NaN); then, per dtype, the largest is divided as `_divide` divides
+    every element: rounding is monotonic, so the largest quotient is the
+    quotient of the largest, and it is finite iff all of them are.
+    """
+    by_dtype: Dict[tf.DType, List[tf.Tensor]] = {}
+    for v in values:
+        if v.shape.num_elements() == 0:
+            continue
+        inf = tf.constant(float("inf"), v.dtype)
+        top = tf.reduce_max(tf.where(tf.math.is_nan(v), inf, tf.abs(v)))
+        by_dtype.setdefault(v.dtype, []).append(top)
+    checks = []
+    for dtype, tops in by_dtype.items():
+        # An empty tensor of unknown size reduces to -inf: count it as 0.
+        top = tf.maximum(tf.reduce_max(tf.stack(tops)),
+                         tf.zeros([], dtype))
+        if scale is not None:
+            top = _divide(top, scale, tf.math.divide)
+        checks.append(tf.math.is_finite(top))
+    return _all(checks) if checks else tf.constant(True)
 
 
 # --- the two back ends ------------------------------------------------------
