@@ -73,7 +73,7 @@ def test_tf_keras_long_run_with_injected_faults_is_exact(jit_compile):
         [sys.executable, str(TESTS / "_fault_injection_driver.py"),
          "--flavour", "tf_keras", "--dtype", *DTYPES, "--steps", str(STEPS)]
         + (["--jit-compile"] if jit_compile else []),
-        env=env, capture_output=True, text=True, timeout=300)
+        env=env, capture_output=True, text=True, timeout=900)
     output = result.stdout + result.stderr
     summaries = {}
     for line in result.stdout.splitlines():

@@ -25,6 +25,7 @@ __all__ = ["DelegatingTrackableMixin", "Trackable",
            "mark_wrapped_by_loss_scale_optimizer",
            "no_automatic_dependency_tracking",
            "keras_gradients_already_summed", "in_xla_context",
+           "xla_opaque",
            "run_cond_as_one_call", "strategy_supports_no_merge_call",
            "track_child", "tf_logging_warning"]
 
@@ -68,6 +69,24 @@ def in_xla_context() -> bool:
         return False
     graph = tf.compat.v1.get_default_graph()
     return bool(_control_flow_util.GraphOrParentsInXlaContext(graph))
+
+
+def xla_opaque(value: tf.Tensor) -> tf.Tensor:
+    """`value`, which XLA may not constant-fold through.
+
+    XLA rewrites a division by a constant into a multiplication by its
+    reciprocal: for a fixed loss scale of 2**127 the reciprocal is a
+    subnormal that the CPU flushes to zero, and every unscaled gradient
+    would be 0. An optimization barrier keeps the scale a runtime value
+    (`XlaOptimizationBarrier`, TF >= 2.9, only in the generated tf2xla
+    ops); where it is missing the value is returned as it is.
+    """
+    try:
+        from tensorflow.compiler.tf2xla.ops import gen_xla_ops
+    except ImportError:  # pragma: no cover - a TensorFlow without tf2xla ops
+        return value
+    barrier = getattr(gen_xla_ops, "xla_optimization_barrier", None)
+    return value if barrier is None else barrier([value])[0]
 
 
 def keras_iterations_variable(optimizer):

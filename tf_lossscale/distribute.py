@@ -179,7 +179,8 @@ def branch(verdict: Any, apply: Callable[[], Any],
     """
     if isinstance(verdict, bool):
         return apply() if verdict else skip()
-    if _tf_private.in_xla_context():
+    if _tf_private.in_xla_context() and (
+            tf.distribute.get_strategy().num_replicas_in_sync == 1):
         return _compiled_branch(verdict, apply, skip)
 
     def run(fn: Callable[[], Any]) -> Callable[[], tf.Tensor]:

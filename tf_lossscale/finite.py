@@ -22,7 +22,7 @@ no reshape; flattened otherwise), unscaled and checked there with one
 division and one reduction, and split back; larger ones are unscaled and
 reduced in place, never copied.
 
-Two back ends compute the same verdict:
+Two back ends compute the same verdict for a caller that is not compiled:
 
 - Graph ops (CPU). A unit is finite if `reduce_sum(u)` is: one read and no
   temporary. The converse fails only when a sum of finite values overflows,
@@ -40,17 +40,10 @@ Two back ends compute the same verdict:
   NaN. On CPU XLA is slower than graph ops for this work, hence the choice
   by device.
 
-- Inside a caller that XLA compiles whole (`jit_compile=True`, Keras'
-  default for `fit` on a GPU). Neither of the above: XLA fuses across the
-  whole step, so each gradient is divided where it is used (the division
-  fuses into the optimizer's update, no unscaled copy is written) and read
-  once more for the verdict, one reduction per gradient:
-  `reduce_max(|g|)` with NaN counted as +Inf. All of `g / scale` is finite
-  iff `max|g| / scale` is (the division is monotonic, and a NaN or Inf
-  makes the maximum infinite), so the verdict is exactly the check of what
-  is applied. Joining into buckets would write a copy of every gradient,
-  and a division shared by the check and the update would be written out
-  once for both (XLA does not duplicate a division into two kernels).
+A third runs inside a caller that XLA compiles whole (`jit_compile=True`,
+Keras' default for `fit` on a GPU): `finite_xla.py`, one read per gradient
+with the division fused into the update, no buckets (joining them would
+write a copy of every gradient).
 
 No probe multiplies by zero: TF 2.16's Grappler constant folding rewrites
 `x * 0` to `0`, NaN or not, inside `tf.function`.
@@ -62,7 +55,6 @@ from __future__ import annotations
 
 from typing import (
     Any,
-    Callable,
     Dict,
     List,
     NamedTuple,
@@ -73,21 +65,27 @@ from typing import (
 
 import tensorflow as tf
 
-from tf_lossscale import _tf_private
+from tf_lossscale import _numerics, finite_xla
 
 __all__ = [
     "all_finite",
     "check_unscaled",
     "divides_where_used",
+    "undivided",
     "unscale_all",
     "unscale_and_check",
 ]
+
+# The pieces both back ends share (`_numerics.py`).
+_NARROW = _numerics.NARROW
+_add, _all = _numerics.add, _numerics.all_of
+_dense_values, _rebuild = _numerics.dense_values, _numerics.rebuild
+_divide, _is_finite = _numerics.divide, _numerics.is_finite
 
 # Tensors with at most this many elements are joined into buckets; larger
 # ones (and any whose size is not static) stay in place.
 BUCKET_MAX_ELEMENTS = 1 << 16
 
-_NARROW = (tf.float16, tf.bfloat16)
 _XLA_DEVICE_TYPES = ("GPU", "TPU")
 
 # The code has no data-dependent Python control flow (tf.cond is explicit):
@@ -126,8 +124,8 @@ def all_finite(grads: Any, *, jit_compile: Optional[bool] = None
               if v is not None]
     if not values:
         return tf.constant(True)
-    if _compiled_whole(jit_compile):
-        return _compiled_verdict(values, None)
+    if finite_xla.compiled_whole(jit_compile):
+        return finite_xla.verdict(values, None)
     xla_plan, graph_plan = _plans(values, jit_compile)
     checks = []
     if xla_plan:
@@ -139,15 +137,8 @@ def all_finite(grads: Any, *, jit_compile: Optional[bool] = None
     return _all(checks)
 
 
-def divides_where_used() -> bool:
-    """Whether the caller is compiled whole by XLA (see the module doc).
-
-    There a step checks the scaled gradients with `check_unscaled` and
-    divides them where the update uses them, inside its apply branch: XLA
-    fuses a division into its one consumer, but writes out one that is
-    computed outside a conditional and used inside it.
-    """
-    return _compiled_whole(None)
+divides_where_used = finite_xla.divides_where_used
+undivided = finite_xla.undivided
 
 
 @_not_converted
@@ -161,8 +152,8 @@ def check_unscaled(grads: Sequence[Any], scale: Any) -> tf.Tensor:
     values = [v for v in map(_dense_values, grads) if v is not None]
     if not values:
         return tf.constant(True)
-    if _compiled_whole(None):
-        return _compiled_verdict(values, tf.cast(scale, tf.float32))
+    if finite_xla.compiled_whole(None):
+        return finite_xla.verdict(values, finite_xla.runtime_scale(scale))
     return unscale_and_check(list(grads), scale)[1]
 
 
@@ -210,11 +201,8 @@ def _unscale(grads: Sequence[Any], scale: Any, jit_compile: Optional[bool],
     present = [v for v in values if v is not None]
     if not present:
         return grads, tf.constant(True)
-    if _compiled_whole(jit_compile):
-        unscaled = [g if v is None else _rebuild(
-            g, _divide(v, scale, tf.math.divide)) for g, v in zip(grads, values)]
-        return unscaled, (_compiled_verdict(present, scale) if check
-                          else None)
+    if finite_xla.compiled_whole(jit_compile):
+        return finite_xla.unscale(grads, values, scale, check)
     xla_plan, graph_plan = _plans(present, jit_compile)
     done: Dict[int, tf.Tensor] = {}  # id(dense value) -> unscaled value
     checks = []
@@ -227,31 +215,7 @@ def _unscale(grads: Sequence[Any], scale: Any, jit_compile: Optional[bool],
     return unscaled, (_all(checks) if check else None)
 
 
-def _divide(t: tf.Tensor, scale: tf.Tensor,
-            divide: Callable[..., tf.Tensor] = tf.math.divide_no_nan
-            ) -> tf.Tensor:
-    """`t / scale` (a positive float32 scalar), rounded once to `t`'s dtype.
-
-    `divide_no_nan` by default because Grappler rewrites `Div`/`RealDiv` by
-    a constant into a multiply by the reciprocal (the very thing to avoid)
-    and leaves `DivNoNan` alone; for a positive `scale` both divide. Inside
-    the XLA kernel `scale` is a runtime argument and a plain divide is one
-    fusion fewer.
-    """
-    if t.dtype in _NARROW:
-        return tf.cast(divide(tf.cast(t, tf.float32), scale), t.dtype)
-    return divide(t, tf.cast(scale, t.dtype))
-
-
 # --- planning: which tensors are bucketed, which back end runs them ---------
-
-def _dense_values(grad: Any) -> Optional[tf.Tensor]:
-    if grad is None:
-        return None
-    if isinstance(grad, tf.IndexedSlices):
-        return grad.values
-    return tf.convert_to_tensor(grad)
-
 
 def _bucketable(t: tf.Tensor) -> bool:
     n = t.shape.num_elements()
@@ -354,18 +318,7 @@ def _map_back(plan: _Plan, joined: List[tf.Tensor], large: List[tf.Tensor],
         done[id(v)] = u
 
 
-def _rebuild(grad: Any, values: tf.Tensor) -> Any:
-    if isinstance(grad, tf.IndexedSlices):
-        return tf.IndexedSlices(values, grad.indices, grad.dense_shape)
-    return values
-
-
 # --- the verdict ------------------------------------------------------------
-
-def _is_finite(u: tf.Tensor) -> tf.Tensor:
-    """Scalar bool, exact: no graph optimizer can fold it."""
-    return tf.reduce_all(tf.math.is_finite(u))
-
 
 def _graph_verdict(units: List[tf.Tensor]) -> tf.Tensor:
     """True iff every unit is finite, with one read of each unit."""
@@ -383,75 +336,6 @@ def _graph_verdict(units: List[tf.Tensor]) -> tf.Tensor:
 
 def _exact_verdict(units: List[tf.Tensor]) -> tf.Tensor:
     return tf.reduce_all(tf.stack([_is_finite(u) for u in units]))
-
-
-def _add(scalars: List[tf.Tensor]) -> tf.Tensor:
-    return scalars[0] if len(scalars) == 1 else tf.add_n(scalars)
-
-
-def _all(checks: List[tf.Tensor]) -> tf.Tensor:
-    if len(checks) == 1:
-        return checks[0]
-    return tf.reduce_all(tf.stack(checks))
-
-
-def _compiled_whole(jit_compile: Optional[bool]) -> bool:
-    """Whether the caller is compiled whole by XLA (and no back end forced)."""
-    return jit_compile is None and _tf_private.in_xla_context()
-
-
-def _compiled_verdict(values: List[tf.Tensor], scale: Optional[tf.Tensor]
-                      ) -> tf.Tensor:
-    """`_max_verdict`, read with one sum per gradient when it can be.
-
-    XLA's CPU reductions read a gradient in place only when nothing is
-    fused into them: `reduce_sum(g)` reads it once, while `max(|g|)` or
-    `all(is_finite(g))` first write an elementwise temporary. A finite
-    total proves every gradient finite, and dividing a finite value by a
-    scale >= 1 cannot overflow; only otherwise (a skipped step, sums that
-    overflow, or a scale below 1) does `_max_verdict` decide, in a
-    conditional whose other branch is empty (so XLA keeps it one).
-    """
-    wide = [v for v in values if v.dtype not in _NARROW]
-    narrow = [v for v in values if v.dtype in _NARROW]
-    checks = [_is_finite(v) for v in narrow]
-    if wide:
-        total = _add([tf.cast(tf.reduce_sum(v), tf.float32) for v in wide])
-        fast = tf.math.is_finite(total)
-        if scale is not None:
-            fast = tf.logical_and(fast, scale >= 1.0)
-        checks.append(tf.cond(fast, lambda: fast,
-                              lambda: _max_verdict(wide, scale)))
-    if narrow and scale is not None:
-        checks.append(_max_verdict(narrow, scale))
-    return _all(checks)
-
-
-def _max_verdict(values: List[tf.Tensor], scale: Optional[tf.Tensor]
-                 ) -> tf.Tensor:
-    """True iff every `_divide(v, scale)` (every `v` if no scale) is finite.
-
-    One reduction per tensor, `max(|v|)` with NaN as +Inf (XLA's CPU max
-    drops NaN); then, per dtype, the largest is divided as `_divide` divides
-    every element: rounding is monotonic, so the largest quotient is the
-    quotient of the largest, and it is finite iff all of them are.
-    """
-    by_dtype: Dict[tf.DType, List[tf.Tensor]] = {}
-    for v in values:
-        if v.shape.num_elements() == 0:
-            continue
-        inf = tf.constant(float("inf"), v.dtype)
-        top = tf.reduce_max(tf.where(tf.math.is_nan(v), inf, tf.abs(v)))
-        by_dtype.setdefault(v.dtype, []).append(top)
-    checks = []
-    for dtype, tops in by_dtype.items():
-        # An empty tensor of unknown size reduces to -inf: count it as 0.
-        top = tf.maximum(tf.reduce_max(tf.stack(tops)),
-                         tf.zeros([], dtype))
-        if scale is not None:
-            top = _divide(top, scale, tf.math.divide)
-        checks.append(tf.math.is_finite(top))
-    return _all(checks) if checks else tf.constant(True)
 
 
 # --- the two back ends ------------------------------------------------------

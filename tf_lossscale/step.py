@@ -147,7 +147,14 @@ def loss_scaled_step(
       The agreed verdict, a scalar bool tensor (True: applied). In a TF1
       graph, running it runs the step.
     """
-    if already_unscaled and verdict is not None:
+    origin = (finite_lib.undivided(grads)
+              if already_unscaled and verdict is not None else None)
+    if origin is not None:
+        # Compiled whole by XLA, the documented flow: divide again inside
+        # the apply branch, as the Keras 3 flow does (same values).
+        unscaled, finite = origin[0], verdict
+        apply = _dividing_first(apply, origin[1], None)
+    elif already_unscaled and verdict is not None:
         unscaled, finite = grads, verdict
     elif not already_unscaled and finite_lib.divides_where_used():
         # Compiled whole by XLA: check the scaled gradients now and divide
