@@ -47,7 +47,7 @@ MODES: Dict[str, Sizes] = {
                    optimizers=("SGD", "Adam"), many_layers=100, many_width=16,
                    many_steps=20, big_tensors=86, small_tensors=500,
                    check_steps=15, fusions=(10, 100, 1000),
-                   fusions_per_tensor=(10, 100), xla_steps=12,
+                   fusions_per_tensor=(10, 100), xla_steps=20,
                    xla_loop_layers=50),
     # Only proves that the harness runs (the test suite's smoke test).
     "tiny": Sizes(mlp_layers=3, mlp_width=32, mlp_batch=8, mlp_steps=3,

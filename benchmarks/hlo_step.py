@@ -130,6 +130,18 @@ def count(hlo: str) -> Dict[str, Any]:
                 if name in branch_names:
                     cond_copies.append(shape)
     total = sum(len(v) for v in comps.values())
+    per_computation = {}
+    for name in sorted(branch_names | {"ENTRY"}):
+        ops = [(shape, op) for _, shape, op, _ in comps.get(name, [])
+               if op not in trivial]
+        per_computation[name] = {
+            "kernels": len(ops),
+            "fusions": sum(op == "fusion" for _, op in ops),
+            "copy_bytes": sum(_bytes(sh) for sh, op in ops if op == "copy"),
+            # What its kernels write (a conditional's outputs are written
+            # by its branches, counted there).
+            "bytes_written": sum(_bytes(sh) for sh, op in ops
+                                 if op not in ("conditional", "while"))}
     return {
         "instructions": total,
         "kernels": top,
@@ -147,6 +159,9 @@ def count(hlo: str) -> Dict[str, Any]:
                                      "recv-done", "infeed", "outfeed")
                               for v in comps.values() for _, _, op, _ in v),
         "by_opcode": dict(sorted(kernels.items())),
+        # The entry, and each conditional branch (which runs only when
+        # taken): kernels, fusions and bytes copied in each.
+        "per_computation": per_computation,
     }
 
 
@@ -173,7 +188,8 @@ def main() -> int:
                          ).write_text(hlo)
                 print(f"{key:32s} " + " ".join(
                     f"{k}={v}" for k, v in counts.items()
-                    if k != "by_opcode"), flush=True)
+                    if k not in ("by_opcode", "per_computation")),
+                    flush=True)
     if ARGS.json:
         Path(ARGS.json).write_text(json.dumps(out, indent=1))
     return 0
