@@ -129,7 +129,15 @@ def _remember_division(quotient: tf.Tensor, grad: Any,
     _DIVIDED[key] = (ref, grad, scale)
 
 
+_IDENTITIES = ("Identity", "IdentityN")
+
+
 def _division_of(grad: Any) -> Optional[Tuple[Any, tf.Tensor]]:
+    # Through identities: tf_keras sums gradients over one replica with an
+    # IdentityN, which changes no value.
+    while isinstance(grad, tf.Tensor) and grad.op.type in _IDENTITIES:
+        grad = grad.op.inputs[grad.value_index if grad.op.type ==
+                              "IdentityN" else 0]
     entry = _DIVIDED.get(id(grad))
     if entry is None or entry[0]() is not grad:
         return None
@@ -141,7 +149,8 @@ def undivided(grads: Sequence[Any]
     """`(scaled, scale)` if `grads` are quotients `unscale` made.
 
     When every gradient (None aside) is a dense quotient made by `unscale`
-    with one scale, in a caller compiled whole, returns what was divided
+    with one scale (or an identity of one), in a caller compiled whole,
+    returns what was divided
     and that scale: a step can then divide again inside its apply branch
     (the same operation, so the same values), where XLA fuses the division
     into the update, and the quotient made outside, unused, is never

@@ -147,12 +147,14 @@ def loss_scaled_step(
       The agreed verdict, a scalar bool tensor (True: applied). In a TF1
       graph, running it runs the step.
     """
-    origin = (finite_lib.undivided(grads)
-              if already_unscaled and verdict is not None else None)
+    origin = finite_lib.undivided(grads) if already_unscaled else None
     if origin is not None:
         # Compiled whole by XLA, the documented flow: divide again inside
-        # the apply branch, as the Keras 3 flow does (same values).
-        unscaled, finite = origin[0], verdict
+        # the apply branch, as the Keras 3 flow does (same values), and
+        # check the quotients without writing them out.
+        unscaled, finite = origin[0], (
+            verdict if verdict is not None
+            else finite_lib.check_unscaled(*origin))
         apply = _dividing_first(apply, origin[1], None)
     elif already_unscaled and verdict is not None:
         unscaled, finite = grads, verdict
