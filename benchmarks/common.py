@@ -30,6 +30,8 @@ class Sizes:
     check_steps: int
     fusions: Sequence[int]   # (d) gradient counts for our kernel
     fusions_per_tensor: Sequence[int]  # (d) ... for per-tensor HLO (slow)
+    xla_steps: int = 40      # (e) and (f): interleaved XLA steps
+    xla_loop_layers: int = 100  # (f) Dense(many_width) layers under XLA
 
 
 MODES: Dict[str, Sizes] = {
@@ -37,19 +39,22 @@ MODES: Dict[str, Sizes] = {
                   optimizers=("SGD", "Adam"), many_layers=750, many_width=16,
                   many_steps=60, big_tensors=86, small_tensors=2000,
                   check_steps=40, fusions=(10, 100, 1000),
-                  fusions_per_tensor=(10, 100, 1000)),
+                  fusions_per_tensor=(10, 100, 1000), xla_steps=60,
+                  xla_loop_layers=250),
     # Every row and target of the full run, smaller and shorter: 200
     # variables in (b), 500 tensors in (c, small), fewer steps.
     "quick": Sizes(mlp_layers=40, mlp_width=512, mlp_batch=64, mlp_steps=20,
                    optimizers=("SGD", "Adam"), many_layers=100, many_width=16,
                    many_steps=20, big_tensors=86, small_tensors=500,
                    check_steps=15, fusions=(10, 100, 1000),
-                   fusions_per_tensor=(10, 100)),
+                   fusions_per_tensor=(10, 100), xla_steps=20,
+                   xla_loop_layers=50),
     # Only proves that the harness runs (the test suite's smoke test).
     "tiny": Sizes(mlp_layers=3, mlp_width=32, mlp_batch=8, mlp_steps=3,
                   optimizers=("SGD",), many_layers=4, many_width=8,
                   many_steps=3, big_tensors=2, small_tensors=20,
-                  check_steps=3, fusions=(10,), fusions_per_tensor=(10,)),
+                  check_steps=3, fusions=(10,), fusions_per_tensor=(10,),
+                  xla_steps=3, xla_loop_layers=4),
 }
 
 WARMUP_CALLS = 2

@@ -41,6 +41,7 @@ FLAVOURS = (("Keras 3", "keras3", ""), ("tf_keras", "tf_keras", "tf_keras:"))
 LABELS = {
     "plain": "Keras 3: plain optimizer",
     "barrier": "Keras 3: plain + barrier (limit)",
+    "limit": "Keras 3: plain + one all-finite read (limit)",
     "keras3": "Keras 3: its LossScaleOptimizer",
     "ours": "Keras 3: tf_lossscale",
     "ours documented": "Keras 3: tf_lossscale, documented flow",
@@ -51,6 +52,7 @@ LABELS = {
                   "(limit) **",
     "tf_keras:plain": "tf_keras: plain optimizer *",
     "tf_keras:barrier": "tf_keras: plain + barrier (limit) *",
+    "tf_keras:limit": "tf_keras: plain + one all-finite read (limit) *",
     "tf_keras": "tf_keras: its LossScaleOptimizer *",
     "tf_keras:ours": "tf_keras: tf_lossscale *",
     "tf_keras:ours documented": "tf_keras: tf_lossscale, documented flow *",
@@ -231,8 +233,9 @@ def _label(row: str, overrides: Optional[Dict[str, str]] = None) -> str:
 
 # --- the report -------------------------------------------------------------
 
-def table_a(k3: Optional[dict], tk: Optional[dict]) -> List[str]:
-    per_opt = [(opt, merged_rows(k3, tk, "a", opt))
+def table_a(k3: Optional[dict], tk: Optional[dict], workload: str = "a"
+            ) -> List[str]:
+    per_opt = [(opt, merged_rows(k3, tk, workload, opt))
                for opt in ("SGD", "Adam")]
     per_opt = [(opt, rows) for opt, rows in per_opt if rows]
     head, rule = "| row |", "|---|"
@@ -257,8 +260,9 @@ def table_a(k3: Optional[dict], tk: Optional[dict]) -> List[str]:
     return lines
 
 
-def table_b(k3: Optional[dict], tk: Optional[dict]) -> List[str]:
-    rows = merged_rows(k3, tk, "b")
+def table_b(k3: Optional[dict], tk: Optional[dict], workload: str = "b"
+            ) -> List[str]:
+    rows = merged_rows(k3, tk, workload)
     lines = ["| row | step ms | overhead [90%] | first call s |",
              "|---|---:|---:|---:|"]
     for row in _ordered(rows):
@@ -452,6 +456,47 @@ def targets(k3: Optional[dict], tk: Optional[dict]) -> List[dict]:
     return out + [t for t in firsts if t is not None]
 
 
+def xla_targets(k3: Optional[dict], tk: Optional[dict]) -> List[dict]:
+    """Issue 21's targets under XLA, each flavour against its own original.
+
+    (e) SGD and Adam, and (f) each flow: ours at most three quarters of the
+    original's overhead and at most limit + (original - limit) / 4; first
+    calls no slower than the original's.
+    """
+    out: List[dict] = []
+    firsts: List[Optional[dict]] = []
+
+    def bound(o, k, lim, pl):
+        k, lim = k / pl - 1, lim / pl - 1
+        return min(0.75 * k, lim + (k - lim) / 4)
+
+    for flavour, original, p in FLAVOURS:
+        if not (k3 if original == "keras3" else tk):
+            continue
+        cases = [(f"(e) {flavour}, {opt}", merged_rows(k3, tk, "e", opt),
+                  p + "ours") for opt in ("SGD", "Adam")]
+        cases += [(f"(f) {flavour}, {flow}", merged_rows(k3, tk, "f"),
+                   p + ours) for ours, flow in
+                  (("ours", "Keras 3 flow"),
+                   ("ours documented", "documented flow"))]
+        for name, rows, ours in cases:
+            needs = (ours, original, p + "limit", p + "plain")
+            if not all(r in rows for r in needs):
+                continue
+            out.append(_target(
+                f"{name}: ours <= 3/4 original and <= limit + (original - "
+                "limit) / 4", rows, needs,
+                lambda o, k, lim, pl: o / pl - 1, bound,
+                lambda v, b, rows=rows, original=original, p=p:
+                f"{_pct_est(v)} vs {_pct(b.value)} (original "
+                f"{_pct_est(overhead(rows, original))}, limit "
+                f"{_pct_est(overhead(rows, p + 'limit'))})"))
+            firsts.append(_first_call_target(
+                f"{name}: first call, ours <= original", rows, ours,
+                original))
+    return out + [t for t in firsts if t is not None]
+
+
 def _verdict(t: dict) -> str:
     met = {True: "yes", False: "**no**", None: "n/a"}[t["met"]]
     return met + (" (within noise)" if t.get("noise") else "")
@@ -505,17 +550,30 @@ def report(k3: Optional[dict], tk: Optional[dict], mode: str,
         "(rounds resampled). * tf_keras rows ran in their own process and "
         "are compared with its plain tf_keras step and its own "
         "LossScaleOptimizer.",
-        "",
-        f"**(a)** {desc['a']}", "", *table_a(k3, tk),
-        *[line for opt in ("SGD", "Adam")
-          for line in warm_up_line(k3, tk, "a", opt)], "",
-        f"**(b)** {desc['b']}", "", *table_b(k3, tk),
-        *warm_up_line(k3, tk, "b"), "",
-        f"**(c)** {desc['c']}. Extra ms over the plain row (reading the "
-        "gradients and returning them); ** over reading the one tensor.",
-        "",
-        *table_c(k3, tk), "",
-        f"**(d)** {desc['d']}", "", *table_d(k3, tk), "",
+    ]
+    if any(w in (r or {}) for w in "abcd" for r in (k3, tk)):
+        lines += non_xla_report(k3, tk, desc)
+    lines += xla_report(k3, tk, mode)
+    return "\n".join(lines) + "\n"
+
+
+def non_xla_report(k3: Optional[dict], tk: Optional[dict],
+                   desc: Dict[str, str]) -> List[str]:
+    """The tables (a) to (d) that ran and issue 15's targets."""
+    ran = {w for r in (k3, tk) for w in "abcd" if w in (r or {})}
+    sections = {
+        "a": [f"**(a)** {desc['a']}", "", *table_a(k3, tk),
+              *[line for opt in ("SGD", "Adam")
+                for line in warm_up_line(k3, tk, "a", opt)], ""],
+        "b": [f"**(b)** {desc['b']}", "", *table_b(k3, tk),
+              *warm_up_line(k3, tk, "b"), ""],
+        "c": [f"**(c)** {desc['c']}. Extra ms over the plain row (reading "
+              "the gradients and returning them); ** over reading the one "
+              "tensor.", "", *table_c(k3, tk), ""],
+        "d": [f"**(d)** {desc['d']}", "", *table_d(k3, tk), ""],
+    }
+    lines = [""] + [line for w in "abcd" if w in ran for line in sections[w]]
+    lines += [
         "**Targets** (issue 15; each flavour against its own original, "
         "verdicts on the medians; \"within noise\": the 90% interval of "
         "measured - bound holds zero)", "",
@@ -523,7 +581,37 @@ def report(k3: Optional[dict], tk: Optional[dict], mode: str,
     ]
     for t in targets(k3, tk):
         lines.append(f"| {t['target']} | {t['measured']} | {_verdict(t)} |")
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+def xla_report(k3: Optional[dict], tk: Optional[dict], mode: str
+               ) -> List[str]:
+    """The XLA tables (e), (f) and issue 21's targets, if they ran."""
+    if not any("e" in (r or {}) or "f" in (r or {}) for r in (k3, tk)):
+        return []
+    sizes = common.MODES[mode]
+    source = k3 or tk or {}
+    e_vars = source.get("e", {}).get("SGD", {}).get("variables", "?")
+    f_vars = source.get("f", {}).get("variables", "?")
+    return [
+        "", "#### Under XLA (`jit_compile=True`: Keras 3's default for "
+        "`fit` on a GPU)", "",
+        f"**(e)** (a) compiled whole: `compile(..., jit_compile=True)` + "
+        f"train_on_batch, {sizes.mlp_layers} x Dense({sizes.mlp_width}), "
+        f"{e_vars} variables, batch {sizes.mlp_batch}, "
+        f"{sizes.xla_steps} interleaved steps. The limit row is the plain "
+        "optimizer whose update also depends on one all-finite read of its "
+        "gradients (never skipping).", "", *table_a(k3, tk, "e"),
+        *[line for opt in ("SGD", "Adam")
+          for line in warm_up_line(k3, tk, "e", opt)], "",
+        f"**(f)** the (b) loop as `tf.function(jit_compile=True)`: "
+        f"{sizes.xla_loop_layers} x Dense({sizes.many_width}, tanh), "
+        f"{f_vars} variables, SGD, {sizes.xla_steps} interleaved steps", "",
+        *table_b(k3, tk, "f"), *warm_up_line(k3, tk, "f"), "",
+        "**Targets under XLA** (issue 21; each flavour against its own "
+        "original)", "", "| target | measured | met |", "|---|---|---|",
+        *[f"| {t['target']} | {t['measured']} | {_verdict(t)} |"
+          for t in xla_targets(k3, tk)]]
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -534,9 +622,14 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="also write every number as JSON to PATH")
     parser.add_argument("--mode", choices=sorted(common.MODES), default=None,
                         help=argparse.SUPPRESS)
-    parser.add_argument("--workloads", default="abcd",
-                        help="a subset of abcd (default: all)")
+    parser.add_argument("--workloads", default="abcdef",
+                        help="a subset of abcdef (default: all; e and f "
+                        "are a and b compiled with XLA)")
+    parser.add_argument("--xla", action="store_true",
+                        help="only the XLA workloads (e, f): a few minutes")
     args = parser.parse_args(argv)
+    if args.xla:
+        args.workloads = "ef"
     mode = args.mode or ("quick" if args.quick else "full")
     start = time.perf_counter()
     load = {"before": common.load_average()}
@@ -550,6 +643,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         Path(args.json).write_text(json.dumps(
             {"mode": mode, "load_average": load, "seconds": round(seconds, 1),
              "keras3": k3, "tf_keras": tk, "targets": targets(k3, tk),
+             "xla_targets": xla_targets(k3, tk),
              "markdown": text}, indent=1))
     return 0 if k3 is not None and tk is not None else 1
 

@@ -23,6 +23,11 @@ process):
   and the verdict it computed, read as `apply_gradients` reads it), `one
   read`; Keras 3 also `one tensor` and `plain one tensor`.
 - (d) XLA fusion counts.
+- (e) (a) compiled whole by XLA (`compile(jit_compile=True)`): `plain`,
+  `limit` (the plain optimizer whose update also depends on one
+  all-finite read of its gradients, never skipping), the original, `ours`.
+- (f) the custom loop of (b) as `tf.function(jit_compile=True)`, with the
+  rows of (b) plus `limit`. The rows are built by `worker_xla.py`.
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ def _parse(argv: List[str]) -> argparse.Namespace:
     parser.add_argument("--keras", choices=["keras3", "tf_keras"],
                         required=True)
     parser.add_argument("--mode", default="quick")
-    parser.add_argument("--workloads", default="abcd")
+    parser.add_argument("--workloads", default="abcdef")
     parser.add_argument("--out", required=True)
     return parser.parse_args(argv)
 
@@ -58,6 +63,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import common  # noqa: E402
+import worker_xla  # noqa: E402
 
 tf.get_logger().setLevel("ERROR")
 
@@ -401,6 +407,65 @@ def workload_d(sizes: common.Sizes) -> Dict[str, Any]:
     return out
 
 
+# --- (e) and (f): the same steps compiled whole by XLA ---------------------
+
+def workload_e(sizes: common.Sizes, optimizer: str) -> Dict[str, Any]:
+    """(a) with `compile(jit_compile=True)`: what `fit` runs on a GPU."""
+    w = sizes.mlp_width
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((sizes.mlp_batch, w)).astype("float32")
+    y = np.zeros_like(x)
+    weights = _mlp("relu", w, sizes.mlp_layers).get_weights()
+    makers = worker_xla.optimizer_makers(keras, optimizer)
+    twins = {}
+    for row, make in makers.items():
+        twin = _mlp("relu", 8, 1)
+        twin.compile(optimizer=make(), loss="mse", jit_compile=True)
+        twins[row] = (lambda m: lambda: m.train_on_batch(
+            np.ones((2, 8), "float32"), np.zeros((2, 8), "float32")))(twin)
+    warm = warm_up(twins)
+    rows = {}
+    for row, make in makers.items():
+        model = _mlp("relu", w, sizes.mlp_layers)
+        model.set_weights(weights)
+        model.compile(optimizer=make(), loss="mse", jit_compile=True)
+        rows[row] = (lambda m, d: lambda: m.train_on_batch(*d))(model, (x, y))
+    log(f"(e) {optimizer}, XLA: {len(rows)} rows")
+    timings = common.interleave(rows, sizes.xla_steps, log=log)
+    log(f"(e) {optimizer}: done")
+    return {"variables": len(model.trainable_variables), "warm_up_s": warm,
+            "rows": {k: t.as_json() for k, t in timings.items()}}
+
+
+def workload_f(sizes: common.Sizes) -> Dict[str, Any]:
+    """The (b) loop as `tf.function(jit_compile=True)`, fewer layers."""
+    w = sizes.many_width
+    x = tf.random.normal((32, w))
+    y = tf.zeros((32, w))
+    weights = _mlp("tanh", w, sizes.xla_loop_layers).get_weights()
+    makers = worker_xla.loop_makers(keras, "SGD")
+    flows = worker_xla.loop_flows()
+    twins = {}
+    for row, flow in flows.items():
+        twin = _mlp("tanh", 8, 1)
+        step = worker_xla.tape_step(twin, makers[row](), flow, True)
+        twins[row] = (lambda s: lambda: s(tf.ones((2, 8)),
+                                          tf.zeros((2, 8))).numpy())(step)
+    warm = warm_up(twins)
+    rows = {}
+    for row, flow in flows.items():
+        model = _mlp("tanh", w, sizes.xla_loop_layers)
+        model.set_weights(weights)
+        step = worker_xla.tape_step(model, makers[row](), flow, True)
+        rows[row] = (lambda s: lambda: s(x, y).numpy())(step)
+    log(f"(f) XLA, {len(model.trainable_variables)} variables")
+    timings = common.interleave(rows, sizes.xla_steps, log=log)
+    log("(f) done")
+    return {"variables": len(model.trainable_variables), "flows": flows,
+            "warm_up_s": warm,
+            "rows": {k: t.as_json() for k, t in timings.items()}}
+
+
 def main() -> int:
     sizes = common.MODES[ARGS.mode]
     keras.utils.set_random_seed(0)  # once, before anything is traced
@@ -415,6 +480,11 @@ def main() -> int:
         result["c"] = workload_c(sizes)
     if "d" in ARGS.workloads:
         result["d"] = workload_d(sizes)
+    if "e" in ARGS.workloads:
+        result["e"] = {opt: workload_e(sizes, opt)
+                       for opt in sizes.optimizers}
+    if "f" in ARGS.workloads:
+        result["f"] = workload_f(sizes)
     with open(ARGS.out, "w") as f:
         json.dump(result, f, indent=1)
     return 0

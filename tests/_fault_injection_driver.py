@@ -218,9 +218,13 @@ def _effect(fn: Callable, *args):
 # the faults are injected into those.
 
 
-def run_keras(keras, flavour: str, dtype: str, steps: int, seed: int
-              ) -> Dict:
-    """A run of `tf_lossscale.LossScaleOptimizer` around `keras`'s SGD."""
+def run_keras(keras, flavour: str, dtype: str, steps: int, seed: int,
+              jit_compile: bool = False) -> Dict:
+    """A run of `tf_lossscale.LossScaleOptimizer` around `keras`'s SGD.
+
+    With `jit_compile`, the step (ours and the reference's) is compiled
+    whole by XLA, as Keras' `fit` compiles it on a GPU.
+    """
     import tensorflow as tf
 
     import tf_lossscale
@@ -247,7 +251,8 @@ def run_keras(keras, flavour: str, dtype: str, steps: int, seed: int
     def reference_skip():
         reference.iterations.assign_add(1)
 
-    @tf.function(input_signature=[specs, specs, tf.TensorSpec([], tf.bool)])
+    @tf.function(input_signature=[specs, specs, tf.TensorSpec([], tf.bool)],
+                 jit_compile=jit_compile)
     def both_steps(scaled, unscaled, reference_applies):
         if flavour == "tf_keras":
             # tf_keras takes unmarked gradients as unscaled; its documented
@@ -369,6 +374,8 @@ def main(argv: Sequence[str]) -> int:
                         nargs="+", required=True)
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--jit-compile", action="store_true",
+                        help="compile the Keras step whole with XLA")
     args = parser.parse_args(argv)
     for dtype in args.dtype:
         if args.flavour == "tf1":
@@ -379,7 +386,7 @@ def main(argv: Sequence[str]) -> int:
             else:
                 import keras as keras_module
             summary = run_keras(keras_module, args.flavour, dtype, args.steps,
-                                args.seed)
+                                args.seed, jit_compile=args.jit_compile)
         print(f"SUMMARY {dtype} " + json.dumps(summary), flush=True)
     return 0
 

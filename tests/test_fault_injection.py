@@ -48,11 +48,16 @@ def assert_run_met_every_fault(summary, dtype):
     assert summary["max_scale"] == top, summary
 
 
+JIT = [pytest.param(False, id="graph"), pytest.param(True, id="xla")]
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("jit_compile", JIT)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_keras3_long_run_with_injected_faults_is_exact(dtype):
+def test_keras3_long_run_with_injected_faults_is_exact(dtype, jit_compile):
     assert_run_met_every_fault(
-        driver.run_keras(keras, "keras3", dtype, STEPS, seed=0), dtype)
+        driver.run_keras(keras, "keras3", dtype, STEPS, seed=0,
+                         jit_compile=jit_compile), dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -61,12 +66,14 @@ def test_tf1_long_run_with_injected_faults_is_exact(dtype):
 
 
 @pytest.mark.slow
-def test_tf_keras_long_run_with_injected_faults_is_exact():
+@pytest.mark.parametrize("jit_compile", JIT)
+def test_tf_keras_long_run_with_injected_faults_is_exact(jit_compile):
     env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2")
     result = subprocess.run(
         [sys.executable, str(TESTS / "_fault_injection_driver.py"),
-         "--flavour", "tf_keras", "--dtype", *DTYPES, "--steps", str(STEPS)],
-        env=env, capture_output=True, text=True, timeout=300)
+         "--flavour", "tf_keras", "--dtype", *DTYPES, "--steps", str(STEPS)]
+        + (["--jit-compile"] if jit_compile else []),
+        env=env, capture_output=True, text=True, timeout=900)
     output = result.stdout + result.stderr
     summaries = {}
     for line in result.stdout.splitlines():
@@ -81,12 +88,17 @@ def test_tf_keras_long_run_with_injected_faults_is_exact():
         assert_run_met_every_fault(summary, dtype)
 
 
-def test_unscale_is_exact_at_the_largest_power_of_two_scale():
+@pytest.mark.parametrize("jit_compile", JIT)
+def test_unscale_is_exact_at_the_largest_power_of_two_scale(jit_compile):
     """The long float32 runs reach a scale of 2**127, whose reciprocal is a
     float32 subnormal that TensorFlow's CPU kernels flush to zero; dividing
-    by the scale instead is exact."""
-    scale = tf.constant(2.0**127)
+    by the scale instead is exact (also inside a caller XLA compiles whole,
+    with the scale a constant there)."""
     scaled = tf.constant([1.5 * 2.0**127, -0.25 * 2.0**127], tf.float32)
-    unscaled, all_finite = finite.unscale_and_check([scaled], scale)
+    def unscale():
+        return finite.unscale_and_check([scaled], tf.constant(2.0**127))
+    if jit_compile:
+        unscale = tf.function(unscale, jit_compile=True)
+    unscaled, all_finite = unscale()
     assert bool(all_finite)
     np.testing.assert_array_equal(unscaled[0].numpy(), [1.5, -0.25])

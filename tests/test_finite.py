@@ -366,6 +366,15 @@ def test_bench_harness_runs_every_workload_and_prints_a_table(tmp_path):
                    "ours <= original / 2" in n for n in names)
     d = result["keras3"]["d"]
     assert d["per gradient count"]["10"]["ours"]["fusions"] > 0
+    # Under XLA: (e) and (f), with the limit row and issue 21's targets.
+    assert "#### Under XLA" in done.stdout
+    for keras in ("keras3", "tf_keras"):
+        assert {"plain", "limit", keras, "ours"} <= set(
+            result[keras]["e"]["SGD"]["rows"])
+        assert {"plain", "limit", keras, "ours documented"} <= set(
+            result[keras]["f"]["rows"])
+    assert any(t["target"].startswith("(e) Keras 3, SGD")
+               for t in result["xla_targets"])
 
 
 def test_bench_outside_a_checkout_says_the_suite_is_missing(tmp_path):

@@ -18,9 +18,15 @@ import tf_lossscale
 from tf_lossscale.keras_optimizer import KerasLossScaleOptimizer
 
 MODES = ["eager", "function"]
+# "xla": the step compiled whole (`jit_compile=True`, `fit`'s default on a
+# GPU), where the check, the unscale and the apply-or-skip take their XLA
+# shapes; the exactness tests run there too.
+WITH_XLA = MODES + ["xla"]
 
 
 def _runner(mode, fn):
+    if mode == "xla":
+        return tf.function(fn, jit_compile=True)
     return tf.function(fn) if mode == "function" else fn
 
 
@@ -279,13 +285,15 @@ def test_get_unscaled_gradients_keeps_none_sparsity_and_dtypes():
 # Skip semantics.
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode, bad", [
+    (mode, bad) for mode in WITH_XLA for bad in (np.nan, np.inf, -np.inf)
+    # Under XLA, one compile per case: NaN here, +-Inf in the long runs of
+    # test_fault_injection.py.
+    if mode != "xla" or np.isnan(bad)])
 @pytest.mark.parametrize("make_inner", [
     lambda: keras.optimizers.SGD(0.1, momentum=0.9),
     lambda: keras.optimizers.Adam(0.1),
 ], ids=["sgd_momentum", "adam"])
-@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf],
-                         ids=["nan", "inf", "minus_inf"])
 def test_non_finite_step_changes_no_variable_and_no_slot(mode, make_inner,
                                                          bad):
     var = keras.Variable([1.0, 2.0, 3.0])
@@ -301,7 +309,7 @@ def test_non_finite_step_changes_no_variable_and_no_slot(mode, make_inner,
     assert int(opt.dynamic_counter) == 0
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", WITH_XLA)
 def test_finite_step_applies_the_unscaled_gradients(mode):
     var = keras.Variable([1.0, 2.0])
     opt = tf_lossscale.LossScaleOptimizer(
@@ -312,7 +320,7 @@ def test_finite_step_applies_the_unscaled_gradients(mode):
     assert int(opt.dynamic_counter) == 1
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", WITH_XLA)
 def test_scale_and_counter_follow_the_reference_rule(mode):
     flags = [True, True, True, False, True, False, False, False, False,
              True, True, True, True, True, True, True]
@@ -440,6 +448,36 @@ def test_a_step_traces_once_whatever_the_verdict():
     assert step.experimental_get_tracing_count() == 1
 
 
+@pytest.mark.parametrize("mode", WITH_XLA)
+def test_a_finite_gradient_that_overflows_when_unscaled_is_skipped(mode):
+    """Below a scale of 1 (a `min_scale` knob), dividing a finite gradient
+    can overflow: the verdict is on what would be applied, in every mode
+    (under XLA, the largest gradient divided as each one is)."""
+    var = keras.Variable([1.0, 2.0])
+    opt = tf_lossscale.LossScaleOptimizer(
+        keras.optimizers.SGD(1.0), initial_scale=0.25, min_scale=2.0**-8,
+        dynamic_growth_steps=100)
+    step = _runner(mode, lambda g: opt.apply_gradients([(g, var)]))
+    step(tf.constant([3e38, 1.0]))  # 3e38 / 0.25 is +inf in float32.
+    assert var.numpy().tolist() == [1.0, 2.0]
+    assert (float(opt.loss_scale), int(opt.skipped_steps)) == (0.125, 1)
+    step(tf.constant([2.0**-4, 3e37]))  # Finite: 3e37 / 0.125 < max.
+    np.testing.assert_array_equal(var, [0.5, 2.0 - np.float32(3e37) * 8])
+
+
+@pytest.mark.parametrize("mode", WITH_XLA)
+def test_finite_gradients_whose_sum_overflows_are_applied(mode):
+    """A sum of finite gradients may overflow (the cheap probe); the exact
+    check then decides, and they are applied."""
+    var = keras.Variable([0.0, 0.0, 0.0])
+    opt = tf_lossscale.LossScaleOptimizer(
+        keras.optimizers.SGD(1.0), initial_scale=1, dynamic_growth_steps=100)
+    step = _runner(mode, lambda g: opt.apply_gradients([(g, var)]))
+    step(tf.constant([3e38, 3e38, -1.0]))
+    np.testing.assert_array_equal(var, np.float32([-3e38, -3e38, 1.0]))
+    assert int(opt.skipped_steps) == 0
+
+
 def test_xla_compiled_step_skips_and_applies():
     var = keras.Variable([1.0, 2.0])
     opt = tf_lossscale.LossScaleOptimizer(
@@ -473,7 +511,7 @@ def _linear_step(opt, var, coefficients, documented):
     opt.apply_gradients(zip(grads, [var]))
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", WITH_XLA)
 def test_both_flows_and_switches_between_them_apply_unscaled_gradients(mode):
     var = keras.Variable([0.0, 0.0])
     opt = tf_lossscale.LossScaleOptimizer(
@@ -492,7 +530,7 @@ def test_both_flows_and_switches_between_them_apply_unscaled_gradients(mode):
     assert float(opt.loss_scale) == 64.0  # It grew every 2 steps.
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", WITH_XLA)
 def test_documented_flow_may_change_gradients_before_applying(mode):
     var = keras.Variable([0.0, 0.0])
     opt = tf_lossscale.LossScaleOptimizer(

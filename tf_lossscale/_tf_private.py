@@ -24,7 +24,8 @@ __all__ = ["DelegatingTrackableMixin", "Trackable", "in_xla_context",
            "keras_check_variables_are_known", "keras_iterations_variable",
            "mark_wrapped_by_loss_scale_optimizer",
            "no_automatic_dependency_tracking",
-           "keras_gradients_already_summed",
+           "keras_gradients_already_summed", "in_xla_context",
+           "xla_opaque",
            "run_cond_as_one_call", "strategy_supports_no_merge_call",
            "tf1_control_flow", "track_child", "tf_logging_warning"]
 
@@ -56,15 +57,38 @@ def strategy_supports_no_merge_call() -> bool:
 
 
 def in_xla_context() -> bool:
-    """Whether the graph being traced will be compiled by XLA.
+    """True while tracing code that XLA compiles whole.
 
-    A step traced for XLA (`jit_compile=True`) can hold no string op and no
-    assertion (XLA drops them); the skip record's optional check is left
-    out there. No public spelling.
+    `tf.function(jit_compile=True)` (Keras' `compile(jit_compile=True)`,
+    its default for `fit` on a GPU) traces its body in an XLA context; the
+    step then shapes its check and its apply-or-skip for XLA's fusion
+    (see `finite.py` and `distribute.branch`), and the skip record leaves
+    out its check (XLA has no string op and drops assertions). TensorFlow's
+    own ops ask the same question this way (`control_flow_util`); it has
+    no public spelling.
     """
-    from tensorflow.python.ops import control_flow_util
-    return bool(control_flow_util.GraphOrParentsInXlaContext(
-        tf.compat.v1.get_default_graph()))
+    if tf.executing_eagerly():
+        return False
+    graph = tf.compat.v1.get_default_graph()
+    return bool(_control_flow_util.GraphOrParentsInXlaContext(graph))
+
+
+def xla_opaque(value: tf.Tensor) -> tf.Tensor:
+    """`value`, which XLA may not constant-fold through.
+
+    XLA rewrites a division by a constant into a multiplication by its
+    reciprocal: for a fixed loss scale of 2**127 the reciprocal is a
+    subnormal that the CPU flushes to zero, and every unscaled gradient
+    would be 0. An optimization barrier keeps the scale a runtime value
+    (`XlaOptimizationBarrier`, TF >= 2.9, only in the generated tf2xla
+    ops); where it is missing the value is returned as it is.
+    """
+    try:
+        from tensorflow.compiler.tf2xla.ops import gen_xla_ops
+    except ImportError:  # pragma: no cover - a TensorFlow without tf2xla ops
+        return value
+    barrier = getattr(gen_xla_ops, "xla_optimization_barrier", None)
+    return value if barrier is None else barrier([value])[0]
 
 
 def keras_iterations_variable(optimizer):

@@ -23,13 +23,15 @@ def find_suite() -> Optional[Path]:
     return candidate if candidate.is_file() else None
 
 
-def run(quick: bool, json_path: Optional[str]) -> int:
+def run(quick: bool, json_path: Optional[str], xla: bool = False) -> int:
     """Runs the suite; prints its markdown report. Returns the exit code.
 
     Args:
       quick: every row and target on smaller workloads, fewer steps
-        (about 3 minutes on two cores).
+        (about 4 minutes on two cores).
       json_path: if given, every number is also written there as JSON.
+      xla: only the rows compiled with XLA (`jit_compile=True`, Keras 3's
+        default for `fit` on a GPU): a few minutes.
     """
     suite = find_suite()
     if suite is None:
@@ -43,6 +45,8 @@ def run(quick: bool, json_path: Optional[str]) -> int:
     argv: List[str] = [sys.executable, str(suite)]
     if quick:
         argv.append("--quick")
+    if xla:
+        argv.append("--xla")
     if json_path:
         argv += ["--json", str(Path(json_path).resolve())]
     return subprocess.call(argv)

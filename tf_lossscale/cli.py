@@ -114,7 +114,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _bench(args: argparse.Namespace) -> int:
     from tf_lossscale import bench
-    return bench.run(quick=args.quick, json_path=args.json)
+    return bench.run(quick=args.quick, json_path=args.json, xla=args.xla)
 
 
 def _migrate(args: argparse.Namespace) -> int:
@@ -144,7 +144,10 @@ def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
     bench = commands.add_parser(
         "bench", help="benchmark against Keras' own LossScaleOptimizer")
     bench.add_argument("--quick", action="store_true",
-                       help="a shorter run (about 3 minutes on two cores)")
+                       help="a shorter run (about 4 minutes on two cores)")
+    bench.add_argument("--xla", action="store_true",
+                       help="only the rows compiled with XLA (jit_compile="
+                       "True, Keras 3's default for fit on a GPU)")
     bench.add_argument("--json", default=None, metavar="PATH",
                        help="also write the results as JSON to PATH")
     bench.set_defaults(run=_bench)

@@ -12,7 +12,8 @@
 - Strategies that cannot work: `check_supported_strategy`.
 
 Without a strategy every function here is the plain single-device
-behaviour: the verdict is the local one, and a `tf.cond` picks the branch.
+behaviour: the verdict is the local one, and a `tf.cond` picks the branch
+(under XLA, two: see `_compiled_branch`).
 """
 
 from __future__ import annotations
@@ -185,6 +186,9 @@ def branch(verdict: Any, apply: Callable[[], Any],
     """
     if isinstance(verdict, bool):
         return apply() if verdict else skip()
+    if _tf_private.in_xla_context() and (
+            tf.distribute.get_strategy().num_replicas_in_sync == 1):
+        return _compiled_branch(verdict, apply, skip)
 
     def run(fn: Callable[[], Any]) -> Callable[[], tf.Tensor]:
         def effects() -> tf.Tensor:
@@ -203,6 +207,32 @@ def branch(verdict: Any, apply: Callable[[], Any],
             tf.distribute.get_strategy().num_replicas_in_sync == 1):
         _tf_private.run_cond_as_one_call(taken)
     return taken
+
+
+def _compiled_branch(verdict: tf.Tensor, apply: Callable[[], Any],
+                     skip: Callable[[], Any]) -> tf.Tensor:
+    """`branch` in a caller that XLA compiles whole: two conditionals.
+
+    XLA turns a conditional whose branches are elementwise (an optimizer's
+    update, and a skip that advances `iterations`) into a select per
+    variable and slot, which computes both sides and, where an update reads
+    a slot it also writes (Adam's moments), copies every such slot first.
+    A conditional with an empty branch stays a conditional: the update runs
+    in place in one branch and the other does nothing. So the update and
+    the skip each get one, with nothing on the other side. Returns the
+    verdict (there is no TF1 train op to group here).
+    """
+    def effects(fn: Callable[[], Any]) -> Callable[[], None]:
+        def run() -> None:
+            fn()
+        return run
+
+    def nothing() -> None:
+        return None
+
+    tf.cond(verdict, effects(apply), nothing)
+    tf.cond(verdict, nothing, effects(skip))
+    return verdict
 
 
 def apply_or_skip(verdict: tf.Tensor, grads: List[Any],

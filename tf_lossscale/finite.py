@@ -22,7 +22,7 @@ no reshape; flattened otherwise), unscaled and checked there with one
 division and one reduction, and split back; larger ones are unscaled and
 reduced in place, never copied.
 
-Two back ends compute the same verdict:
+Two back ends compute the same verdict for a caller that is not compiled:
 
 - Graph ops (CPU). A unit is finite if `reduce_sum(u)` is: one read and no
   temporary. The converse fails only when a sum of finite values overflows,
@@ -40,6 +40,11 @@ Two back ends compute the same verdict:
   NaN. On CPU XLA is slower than graph ops for this work, hence the choice
   by device.
 
+A third runs inside a caller that XLA compiles whole (`jit_compile=True`,
+Keras' default for `fit` on a GPU): `finite_xla.py`, one read per gradient
+with the division fused into the update, no buckets (joining them would
+write a copy of every gradient).
+
 No probe multiplies by zero: TF 2.16's Grappler constant folding rewrites
 `x * 0` to `0`, NaN or not, inside `tf.function`.
 
@@ -50,7 +55,6 @@ from __future__ import annotations
 
 from typing import (
     Any,
-    Callable,
     Dict,
     List,
     NamedTuple,
@@ -61,17 +65,27 @@ from typing import (
 
 import tensorflow as tf
 
+from tf_lossscale import _numerics, finite_xla
+
 __all__ = [
     "all_finite",
+    "check_unscaled",
+    "divides_where_used",
+    "undivided",
     "unscale_all",
     "unscale_and_check",
 ]
+
+# The pieces both back ends share (`_numerics.py`).
+_NARROW = _numerics.NARROW
+_add, _all = _numerics.add, _numerics.all_of
+_dense_values, _rebuild = _numerics.dense_values, _numerics.rebuild
+_divide, _is_finite = _numerics.divide, _numerics.is_finite
 
 # Tensors with at most this many elements are joined into buckets; larger
 # ones (and any whose size is not static) stay in place.
 BUCKET_MAX_ELEMENTS = 1 << 16
 
-_NARROW = (tf.float16, tf.bfloat16)
 _XLA_DEVICE_TYPES = ("GPU", "TPU")
 
 # The code has no data-dependent Python control flow (tf.cond is explicit):
@@ -110,6 +124,8 @@ def all_finite(grads: Any, *, jit_compile: Optional[bool] = None
               if v is not None]
     if not values:
         return tf.constant(True)
+    if finite_xla.compiled_whole(jit_compile):
+        return finite_xla.verdict(values, None)
     xla_plan, graph_plan = _plans(values, jit_compile)
     checks = []
     if xla_plan:
@@ -119,6 +135,26 @@ def all_finite(grads: Any, *, jit_compile: Optional[bool] = None
         checks.append(_graph_verdict(
             [_join(b) for b in graph_plan.buckets] + graph_plan.large))
     return _all(checks)
+
+
+divides_where_used = finite_xla.divides_where_used
+undivided = finite_xla.undivided
+
+
+@_not_converted
+def check_unscaled(grads: Sequence[Any], scale: Any) -> tf.Tensor:
+    """True iff all of `unscale_all(grads, scale)` is finite, not dividing.
+
+    Inside a caller compiled whole by XLA this is one reduction per
+    gradient (`max|g|`, NaN as +Inf) and one division of the largest;
+    elsewhere it is `unscale_and_check`'s verdict.
+    """
+    values = [v for v in map(_dense_values, grads) if v is not None]
+    if not values:
+        return tf.constant(True)
+    if finite_xla.compiled_whole(None):
+        return finite_xla.verdict(values, finite_xla.runtime_scale(scale))
+    return unscale_and_check(list(grads), scale)[1]
 
 
 @_not_converted
@@ -165,6 +201,8 @@ def _unscale(grads: Sequence[Any], scale: Any, jit_compile: Optional[bool],
     present = [v for v in values if v is not None]
     if not present:
         return grads, tf.constant(True)
+    if finite_xla.compiled_whole(jit_compile):
+        return finite_xla.unscale(grads, values, scale, check)
     xla_plan, graph_plan = _plans(present, jit_compile)
     done: Dict[int, tf.Tensor] = {}  # id(dense value) -> unscaled value
     checks = []
@@ -177,31 +215,7 @@ def _unscale(grads: Sequence[Any], scale: Any, jit_compile: Optional[bool],
     return unscaled, (_all(checks) if check else None)
 
 
-def _divide(t: tf.Tensor, scale: tf.Tensor,
-            divide: Callable[..., tf.Tensor] = tf.math.divide_no_nan
-            ) -> tf.Tensor:
-    """`t / scale` (a positive float32 scalar), rounded once to `t`'s dtype.
-
-    `divide_no_nan` by default because Grappler rewrites `Div`/`RealDiv` by
-    a constant into a multiply by the reciprocal (the very thing to avoid)
-    and leaves `DivNoNan` alone; for a positive `scale` both divide. Inside
-    the XLA kernel `scale` is a runtime argument and a plain divide is one
-    fusion fewer.
-    """
-    if t.dtype in _NARROW:
-        return tf.cast(divide(tf.cast(t, tf.float32), scale), t.dtype)
-    return divide(t, tf.cast(scale, t.dtype))
-
-
 # --- planning: which tensors are bucketed, which back end runs them ---------
-
-def _dense_values(grad: Any) -> Optional[tf.Tensor]:
-    if grad is None:
-        return None
-    if isinstance(grad, tf.IndexedSlices):
-        return grad.values
-    return tf.convert_to_tensor(grad)
-
 
 def _bucketable(t: tf.Tensor) -> bool:
     n = t.shape.num_elements()
@@ -304,18 +318,7 @@ def _map_back(plan: _Plan, joined: List[tf.Tensor], large: List[tf.Tensor],
         done[id(v)] = u
 
 
-def _rebuild(grad: Any, values: tf.Tensor) -> Any:
-    if isinstance(grad, tf.IndexedSlices):
-        return tf.IndexedSlices(values, grad.indices, grad.dense_shape)
-    return values
-
-
 # --- the verdict ------------------------------------------------------------
-
-def _is_finite(u: tf.Tensor) -> tf.Tensor:
-    """Scalar bool, exact: no graph optimizer can fold it."""
-    return tf.reduce_all(tf.math.is_finite(u))
-
 
 def _graph_verdict(units: List[tf.Tensor]) -> tf.Tensor:
     """True iff every unit is finite, with one read of each unit."""
@@ -333,16 +336,6 @@ def _graph_verdict(units: List[tf.Tensor]) -> tf.Tensor:
 
 def _exact_verdict(units: List[tf.Tensor]) -> tf.Tensor:
     return tf.reduce_all(tf.stack([_is_finite(u) for u in units]))
-
-
-def _add(scalars: List[tf.Tensor]) -> tf.Tensor:
-    return scalars[0] if len(scalars) == 1 else tf.add_n(scalars)
-
-
-def _all(checks: List[tf.Tensor]) -> tf.Tensor:
-    if len(checks) == 1:
-        return checks[0]
-    return tf.reduce_all(tf.stack(checks))
 
 
 # --- the two back ends ------------------------------------------------------

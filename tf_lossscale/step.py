@@ -115,6 +115,30 @@ def _unscale_and_check(grads: List[Any], scale: tf.Tensor,
     return merged, tf.logical_and(finite, kept_finite)
 
 
+def _check_scaled(grads: List[Any], scale: tf.Tensor,
+                  keep: Optional[Sequence[bool]]) -> tf.Tensor:
+    """Whether the gradients to apply (divided, or kept) are all finite."""
+    keep = keep or [False] * len(grads)
+    divided = finite_lib.check_unscaled(
+        [None if k else g for g, k in zip(grads, keep)], scale)
+    if not any(keep):
+        return divided
+    kept = finite_lib.all_finite([g for g, k in zip(grads, keep) if k])
+    return tf.logical_and(divided, kept)
+
+
+def _dividing_first(apply: Callable[[List[Any]], Any], scale: tf.Tensor,
+                    keep: Optional[Sequence[bool]]
+                    ) -> Callable[[List[Any]], Any]:
+    """`apply`, given scaled gradients: divides (all but the kept) first."""
+    def divide_then_apply(grads: List[Any]) -> Any:
+        flags = keep or [False] * len(grads)
+        divided = finite_lib.unscale_all(
+            [None if k else g for g, k in zip(grads, flags)], scale)
+        return apply([g if k else d for g, d, k in zip(grads, divided, flags)])
+    return divide_then_apply
+
+
 def loss_scaled_step(
     grads: List[Any],
     *,
@@ -152,8 +176,23 @@ def loss_scaled_step(
       The agreed verdict, a scalar bool tensor (True: applied). In a TF1
       graph, running it runs the step.
     """
-    if already_unscaled and verdict is not None:
+    origin = finite_lib.undivided(grads) if already_unscaled else None
+    if origin is not None:
+        # Compiled whole by XLA, the documented flow: divide again inside
+        # the apply branch, as the Keras 3 flow does (same values), and
+        # check the quotients without writing them out.
+        unscaled, finite = origin[0], (
+            verdict if verdict is not None
+            else finite_lib.check_unscaled(*origin))
+        apply = _dividing_first(apply, origin[1], None)
+    elif already_unscaled and verdict is not None:
         unscaled, finite = grads, verdict
+    elif not already_unscaled and finite_lib.divides_where_used():
+        # Compiled whole by XLA: check the scaled gradients now and divide
+        # them inside the apply branch, where the division fuses into the
+        # update instead of being written out before the branch.
+        unscaled, finite = grads, _check_scaled(grads, scale, keep)
+        apply = _dividing_first(apply, scale, keep)
     else:
         unscaled, finite = _unscale_and_check(
             grads, scale, already_unscaled, keep)

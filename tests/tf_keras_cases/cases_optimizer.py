@@ -18,6 +18,9 @@ import tf_lossscale
 from tf_lossscale import tf_keras_optimizer
 
 MODES = ["eager", "function"]
+# "xla": the step compiled whole (`jit_compile=True`), where the check, the
+# unscale and the apply-or-skip take their XLA shapes.
+WITH_XLA = MODES + ["xla"]
 
 
 def _lso(inner=None, **kwargs):
@@ -26,6 +29,8 @@ def _lso(inner=None, **kwargs):
 
 
 def _runner(mode, fn):
+    if mode == "xla":
+        return tf.function(fn, jit_compile=True)
     return tf.function(fn) if mode == "function" else fn
 
 
@@ -178,7 +183,7 @@ def test_fixed_scale_unscales_scaled_gradients():
     np.testing.assert_array_equal(var.numpy(), [0.5, 1.0])
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", WITH_XLA)
 @pytest.mark.parametrize("make_inner", [
     lambda: tf_keras.optimizers.SGD(0.1, momentum=0.9),
     lambda: tf_keras.optimizers.Adam(0.1),
@@ -199,7 +204,7 @@ def test_non_finite_step_changes_no_variable_and_no_slot(mode, make_inner):
     assert (float(opt.loss_scale), int(opt.dynamic_counter)) == (16.0, 0)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", WITH_XLA)
 def test_scale_and_variables_match_tf_keras_own_wrapper_step_by_step(mode):
     """Same inner, same gradients: the same scale and weights every step."""
     pattern = [1, 1, 1, np.nan, 1, 1, np.inf, 1, 1, 1, 1, np.nan, 1]
@@ -312,10 +317,12 @@ def test_mixed_float16_compile_keeps_it_and_fit_trains(mixed_float16):
             int(opt.dynamic_counter)) == (12, 256.0 * 2**4, 0)
 
 
-def test_fit_skips_overflowing_steps_and_counts_every_step(mixed_float16):
+@pytest.mark.parametrize("jit_compile", [False, True], ids=["graph", "xla"])
+def test_fit_skips_overflowing_steps_and_counts_every_step(mixed_float16,
+                                                          jit_compile):
     model = _model()
     opt = _lso(tf_keras.optimizers.SGD(0.01), initial_scale=2.0**40)
-    model.compile(optimizer=opt, loss="mse")
+    model.compile(optimizer=opt, loss="mse", jit_compile=jit_compile)
     x, y = _data()
     model.fit(x, y, batch_size=8, epochs=2, verbose=0)
     # float16 gradients overflow while the scale is above ~2**16: those

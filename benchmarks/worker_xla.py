@@ -1,0 +1,159 @@
+"""The rows of the XLA workloads, shared by worker.py and hlo_step.py.
+
+Every function takes the Keras module of the process (`keras` or
+`tf_keras`, chosen before TensorFlow was imported). Rows, in first-call
+order: `plain` (the inner optimizer), `limit` (the plain optimizer whose
+update also depends on one all-finite read of its gradients, never
+skipping: what the verdict alone costs inside the compiled step), the
+original (`keras3` or `tf_keras`: that Keras' own LossScaleOptimizer),
+`ours`, and in the custom loop `ours documented` (TensorFlow's documented
+flow: `get_scaled_loss`, `get_unscaled_gradients`, `apply_gradients`).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Dict, List, Optional
+
+import tensorflow as tf
+
+import tf_lossscale
+
+LR = 1e-4
+
+
+def _legacy() -> bool:
+    return os.environ.get("TF_USE_LEGACY_KERAS") == "1"
+
+
+def original_key() -> str:
+    return "tf_keras" if _legacy() else "keras3"
+
+
+def _all_finite(grads: List[Any]) -> tf.Tensor:
+    """One read of every gradient (a sum each, as (c)'s "one read" row):
+    finite iff the total is (a verdict that overflowing sums could fool;
+    the limit never skips, so only its cost matters)."""
+    return tf.math.is_finite(tf.add_n(
+        [tf.reduce_sum(g) for g in grads if g is not None]))
+
+
+def _gated(grads: List[Any]) -> List[Any]:
+    """The gradients, each now depending on the verdict over all of them.
+
+    `where(finite, g, 0)`: a data dependency XLA cannot drop (a control
+    dependency it may reorder), fused into the update; never a skip.
+    """
+    finite = _all_finite(grads)
+    return [None if g is None else tf.where(finite, g, tf.zeros_like(g))
+            for g in grads]
+
+
+def with_limit(keras: Any, inner_cls: type) -> type:
+    """`inner_cls` whose update also waits for one all-finite read."""
+    if _legacy():
+        class LegacyLimit(inner_cls):
+            def apply_gradients(self, grads_and_vars, *args, **kwargs):
+                pairs = list(grads_and_vars)
+                grads = _gated([g for g, _ in pairs])
+                return super().apply_gradients(
+                    list(zip(grads, [v for _, v in pairs])), *args, **kwargs)
+        return LegacyLimit
+
+    class Limit(inner_cls):
+        def apply(self, grads, trainable_variables=None):
+            return super().apply(_gated(list(grads)), trainable_variables)
+    return Limit
+
+
+def optimizer_makers(keras: Any, name: str, limit: bool = True
+                     ) -> Dict[str, Callable[[], Any]]:
+    """Row -> factory of a fresh optimizer wrapping `name` ('SGD', 'Adam')."""
+    inner = getattr(keras.optimizers, name)
+    rows: Dict[str, Callable[[], Any]] = {
+        "plain": lambda: inner(learning_rate=LR)}
+    if limit:
+        rows["limit"] = lambda: with_limit(keras, inner)(learning_rate=LR)
+    rows[original_key()] = lambda: keras.mixed_precision.LossScaleOptimizer(
+        inner(learning_rate=LR))
+    rows["ours"] = lambda: tf_lossscale.LossScaleOptimizer(
+        inner(learning_rate=LR))
+    return rows
+
+
+def mlp(keras: Any, activation: str, width: int, layers: int) -> Any:
+    return keras.Sequential(
+        [keras.Input((width,))] +
+        [keras.layers.Dense(width, activation=activation,
+                            kernel_initializer="he_uniform")
+         for _ in range(layers)])
+
+
+# How each row of the custom loop scales: "none", "keras" (`scale_loss`,
+# then `apply_gradients` with the scaled gradients: Keras 3's only flow) or
+# "documented" (tf_keras' only flow).
+def loop_flows() -> Dict[str, str]:
+    if _legacy():
+        return {"plain": "none", "limit": "none", "tf_keras": "documented",
+                "ours documented": "documented"}
+    return {"plain": "none", "limit": "none", "keras3": "keras",
+            "ours": "keras", "ours documented": "documented"}
+
+
+def tape_step(model: Any, optimizer: Any, flow: str, jit_compile: bool
+              ) -> Any:
+    """The custom loop's step, a `tf.function` (compiled whole if asked)."""
+    @tf.function(jit_compile=jit_compile)
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(x, training=True) - y))
+            if flow == "documented":
+                target = optimizer.get_scaled_loss(loss)
+            elif flow == "keras":
+                target = optimizer.scale_loss(loss)
+            else:
+                target = loss
+        variables = model.trainable_variables
+        grads = tape.gradient(target, variables)
+        if flow == "documented":
+            grads = optimizer.get_unscaled_gradients(grads)
+        optimizer.apply_gradients(zip(grads, variables))
+        return loss
+    return step
+
+
+def loop_makers(keras: Any, name: str) -> Dict[str, Callable[[], Any]]:
+    """Row of the custom loop -> (optimizer factory, flow)."""
+    makers = optimizer_makers(keras, name)
+    return {row: makers["ours" if row.startswith("ours") else row]
+            for row in loop_flows()}
+
+
+def compiled_steps(keras: Any, opt: str, flow: str, layers: int, width: int,
+                   rows: Optional[List[str]] = None) -> Dict[str, Any]:
+    """Row -> a `tf.function(jit_compile=True)` of one step (for the HLO).
+
+    flow "fit": `model.train_step((x, y))` after `compile`, what `fit`
+    compiles; "loop": the custom loop's step.
+    """
+    out = {}
+    if flow == "fit":
+        for row, make in optimizer_makers(keras, opt).items():
+            if rows and row not in rows:
+                continue
+            model = mlp(keras, "relu", width, layers)
+            model.compile(optimizer=make(), loss="mse", jit_compile=True)
+            out[row] = tf.function(
+                (lambda m: lambda x, y: m.train_step((x, y)))(model),
+                jit_compile=True)
+    else:
+        makers = loop_makers(keras, opt)
+        for row, kind in loop_flows().items():
+            if rows and row not in rows:
+                continue
+            model = mlp(keras, "relu", width, layers)
+            optimizer = makers[row]()
+            optimizer.build(model.trainable_variables) if not _legacy() \
+                else None
+            out[row] = tape_step(model, optimizer, kind, jit_compile=True)
+    return out
