@@ -2,7 +2,11 @@
 
 - `LossScaleOptimizer(opt, loss_scale=...)`, experimental or not: the loss
   scale becomes `dynamic`/`initial_scale`/`dynamic_growth_steps`
-  (`loss_scale_args`);
+  (`loss_scale_args`); an experimental one (or the graph rewrite's wrapper
+  of a Keras optimizer) on which the module calls no scaling method becomes
+  `tf_lossscale.experimental.LossScaleOptimizer`, TF 2.4's class, which
+  applies gradients given without scaling calls as unscaled, as the legacy
+  one did (the current class would take them as scaled on Keras 3);
 - `Policy(name, loss_scale=...)`: the loss scale moves to the optimizers
   `compile` wraps;
 - `enable_mixed_precision_graph_rewrite(opt, loss_scale)`: the wrapper TF
@@ -47,6 +51,9 @@ _CURRENT_OPTIMIZER = "tensorflow.keras.mixed_precision.LossScaleOptimizer"
 _LEGACY_POLICY = _EXPERIMENTAL + "Policy"
 _OPTIMIZER = "tf_lossscale.LossScaleOptimizer"
 _V1_OPTIMIZER = "tf_lossscale.MixedPrecisionLossScaleOptimizer"
+# TF 2.4's class, which takes gradients applied with neither scaling call as
+# unscaled, as TF 2.1-2.4 did; what the shim binds the legacy name to.
+_DEPRECATED = "tf_lossscale.experimental.LossScaleOptimizer"
 _AMP_OPTION = "config.optimizer.set_experimental_options"
 
 
@@ -67,6 +74,8 @@ def rewrite_call(ctx: Context, original: cst.Call,
     name = ctx.name_of(original.func)
     try:
         if name == _EXPERIMENTAL_OPTIMIZER:
+            if not ctx.facts.scaling_seen(original):
+                return updated.with_changes(func=dotted(_DEPRECATED))
             return _optimizer(ctx, original, updated, ("optimizer",))
         if name == _CURRENT_OPTIMIZER:
             return _optimizer(ctx, original, updated,
@@ -212,6 +221,10 @@ def _rewrite_wrapper(ctx: Context, original: cst.Call, updated: cst.Call,
     opt = updated.args[bound["opt"]].value
     kind = ctx.facts.kind(original.args[bound["opt"]].value)
     i = bound.get("loss_scale")
+    if kind is Kind.KERAS_OPTIMIZER and not ctx.facts.scaling_seen(original):
+        loss_scale = (updated.args[i].value if i is not None
+                      else cst.SimpleString("'dynamic'"))
+        return _call(_DEPRECATED, [cst.Arg(opt), cst.Arg(loss_scale)])
     if kind is Kind.KERAS_OPTIMIZER:
         extra = [] if i is None else loss_scale_args.optimizer_args(
             original.args[i].value, updated.args[i].value, ctx.name_of)

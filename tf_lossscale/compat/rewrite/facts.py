@@ -61,6 +61,7 @@ class Kind(enum.Enum):
 _LOSS_SCALE_KINDS = (Kind.LOSS_SCALE_OPTIMIZER, Kind.EXPERIMENTAL_OPTIMIZER)
 _EXPERIMENTAL_OPTIMIZER = (
     "tensorflow.keras.mixed_precision.experimental.LossScaleOptimizer")
+_SCALING_METHODS = ("get_scaled_loss", "get_unscaled_gradients", "minimize")
 _LEGACY_SET_POLICY = "tensorflow.keras.mixed_precision.experimental.set_policy"
 
 
@@ -105,6 +106,9 @@ class _Syntax(cst.CSTVisitor):
         super().__init__()
         self.assigned: Dict[str, List[_Assignment]] = {}
         self.calls: List[cst.Call] = []
+        # id(call) -> the targets of the assignment it is in, if any.
+        self.call_targets: Dict[int, Tuple[str, ...]] = {}
+        self._targets: List[Tuple[str, ...]] = []
         self.aliases: Dict[str, str] = {}  # local name -> module imported
         self.positions: Dict[int, Tuple[int, Tuple[int, ...]]] = {}
         self._blocks: List[int] = []
@@ -142,12 +146,22 @@ class _Syntax(cst.CSTVisitor):
     def visit_Call(self, node: cst.Call) -> None:
         self._mark(node)
         self.calls.append(node)
+        if self._targets:
+            self.call_targets[id(node)] = self._targets[-1]
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        self._targets.append(tuple(code(t.target) for t in node.targets))
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self._targets.append((code(node.target),))
 
     def leave_Assign(self, node: cst.Assign) -> None:
+        self._targets.pop()
         for target in node.targets:
             self._assign(target.target, node.value)
 
     def leave_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self._targets.pop()
         if node.value is not None:
             self._assign(node.target, node.value)
 
@@ -305,6 +319,34 @@ class Facts:
                 "optimizer") and not self.reaching(node):
             return self._sets_legacy_policy()
         return Kind.EXPERIMENTAL_OPTIMIZER in self._possible_kinds(node)
+
+    def scaling_seen(self, call: cst.Call) -> bool:
+        """True if the module calls a scaling method on what `call` makes.
+
+        `get_scaled_loss`, `get_unscaled_gradients` or `minimize` on the
+        name `call` is assigned to, or on a model's `.optimizer` (assigned
+        nowhere in the module), which may hold it. Only then
+        does the current class train as the experimental one did: the two
+        differ on gradients applied with neither scaling call (TF 2.4's
+        class took them as unscaled, Keras 3's flavour takes them as
+        scaled).
+        """
+        targets = set(self._syntax.call_targets.get(id(call), ()))
+        for other in self._syntax.calls:
+            func = other.func
+            if not (isinstance(func, cst.Attribute)
+                    and func.attr.value in _SCALING_METHODS):
+                continue
+            receiver = func.value
+            if code(receiver) in targets or self._is_models_optimizer(
+                    receiver):
+                return True
+        return False
+
+    def _is_models_optimizer(self, node: cst.BaseExpression) -> bool:
+        """`<x>.optimizer`, assigned nowhere in the module."""
+        return isinstance(node, cst.Attribute) and (
+            node.attr.value == "optimizer") and not self.reaching(node)
 
     def may_be_policy(self, node: cst.BaseExpression) -> bool:
         return Kind.POLICY in self._possible_kinds(node)
