@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import tf_lossscale
 import tf_lossscale.compat
 from tf_lossscale.compat import migrate
 
@@ -92,3 +93,97 @@ def test_experimental_optimizer_that_scales_becomes_the_current_class():
         textwrap.dedent(source))
     shim, migrated = _both(source)
     assert shim == migrated == pytest.approx(0.8)
+
+
+# Item 2: every way real code names TensorFlow and Keras.
+
+# A step with TF 2.4's documented flow, through `{mp}` (the module the
+# spelling reaches `mixed_precision` by).
+_STEP = """\
+    opt = {lso}(tf.keras.optimizers.SGD(0.5){extra})
+    var = tf.Variable(1.0)
+    with tf.GradientTape() as tape:
+        loss = opt.get_scaled_loss(var * 3.0)
+    grads = opt.get_unscaled_gradients(tape.gradient(loss, [var]))
+    opt.apply_gradients(zip(grads, [var]))
+    var = var.numpy()
+    """
+ALIASES = [
+    ("compat_v2", "import tensorflow.compat.v2 as tf\n",
+     "tf.keras.mixed_precision.LossScaleOptimizer", ""),
+    ("compat_v1", "import tensorflow.compat.v1 as tf\n",
+     "tf.keras.mixed_precision.experimental.LossScaleOptimizer",
+     ", 'dynamic'"),
+    ("from_compat_import_v2", "from tensorflow.compat import v2 as tf\n",
+     "tf.keras.mixed_precision.LossScaleOptimizer", ""),
+    ("from_tensorflow_import_keras",
+     "import tensorflow as tf\nfrom tensorflow import keras\n",
+     "keras.mixed_precision.experimental.LossScaleOptimizer", ", 'dynamic'"),
+    ("import_tensorflow_keras_as_keras",
+     "import tensorflow as tf\nimport tensorflow.keras as keras\n",
+     "keras.mixed_precision.LossScaleOptimizer", ""),
+    ("from_tensorflow_keras_import_mixed_precision",
+     "import tensorflow as tf\n"
+     "from tensorflow.keras import mixed_precision\n",
+     "mixed_precision.LossScaleOptimizer", ""),
+]
+
+
+@pytest.mark.parametrize("name,imports,lso,extra", ALIASES,
+                         ids=[a[0] for a in ALIASES])
+def test_each_spelling_of_tensorflow_and_keras_is_resolved(name, imports,
+                                                          lso, extra):
+    source = imports + textwrap.dedent(_STEP).format(lso=lso, extra=extra)
+    new = _migrated(source)
+    assert "tf_lossscale.LossScaleOptimizer(" in new, new
+    assert "mixed_precision.LossScaleOptimizer" not in new
+    shim, migrated = _both(source)
+    assert shim == migrated == pytest.approx(1.0 - 0.5 * 3.0)
+
+
+# TF 2.1-2.5 code imported from TensorFlow's private modules, which today's
+# TensorFlow no longer has in that shape (the shim does not reach them).
+PRIVATE = [
+    ("keras_2_3_optimizer_module", """\
+        import tensorflow as tf
+        from tensorflow.python.keras.mixed_precision.experimental import loss_scale_optimizer as lso
+        opt = lso.LossScaleOptimizer(tf.keras.optimizers.SGD(0.5), 'dynamic')
+        """, "tf_lossscale.experimental.LossScaleOptimizer("),
+    ("keras_2_3_policy_module", """\
+        from tensorflow.python.keras.mixed_precision.experimental import policy as mixed_precision
+        mixed_precision.set_policy('float32')
+        """, "from tensorflow.keras import mixed_precision\n"
+             "mixed_precision.set_global_policy('float32')"),
+    ("keras_2_4_optimizer_module", """\
+        import tensorflow as tf
+        from tensorflow.python.keras.mixed_precision import loss_scale_optimizer
+        opt = loss_scale_optimizer.LossScaleOptimizer(tf.keras.optimizers.SGD(0.5))
+        """, "tf_lossscale.LossScaleOptimizer("),
+    ("keras_2_4_v1_optimizer_by_name", """\
+        import tensorflow as tf
+        from tensorflow.python.keras.mixed_precision.loss_scale_optimizer import LossScaleOptimizerV1
+        opt = LossScaleOptimizerV1(tf.keras.optimizers.SGD(0.5), 'dynamic')
+        """, "tf_lossscale.experimental.LossScaleOptimizer("),
+    ("keras_2_4_policy_module", """\
+        from tensorflow.python.keras.mixed_precision import policy
+        policy.set_policy('float32')
+        """, "policy.set_global_policy('float32')"),
+    ("training_loss_scale_module", """\
+        from tensorflow.python.training.experimental import loss_scale as loss_scale_module
+        ls = loss_scale_module.DynamicLossScale(initial_loss_scale=8)
+        """, "ls = tf_lossscale.DynamicLossScale(initial_loss_scale=8)"),
+]
+
+
+@pytest.mark.parametrize("name,legacy,expected", PRIVATE,
+                         ids=[p[0] for p in PRIVATE])
+def test_private_keras_and_training_modules_of_tf_2_1_to_2_5_are_resolved(
+        name, legacy, expected, recwarn):
+    new = _migrated(legacy)
+    assert expected in new, new
+    assert "tensorflow.python" not in new
+    namespace = _run(new, shim=False)  # Runs without the shim.
+    if "opt" in namespace:
+        assert isinstance(namespace["opt"], tf_lossscale.LossScaleOptimizer)
+    if "ls" in namespace:
+        assert float(namespace["ls"]()) == 8.0

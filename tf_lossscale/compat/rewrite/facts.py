@@ -461,12 +461,13 @@ class Facts:
         """
         aliases = self._syntax.aliases
         head, _, rest = path.partition(".")
-        wanted = {"tensorflow": path}
+        wanted = {"tensorflow": path, "tensorflow.compat.v2": path}
         if head == "keras":
             wanted["tensorflow.keras"] = rest
-        if head == "config":
+            wanted["tensorflow.compat.v1.keras"] = rest
+            wanted["tensorflow.compat.v2.keras"] = rest
+        if head in ("config", "keras"):
             wanted["tensorflow.compat.v1"] = path
-            wanted["tensorflow.compat.v2"] = path
         for local, module in sorted(aliases.items()):
             if module in wanted:
                 tail = wanted[module]
