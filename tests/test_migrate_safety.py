@@ -6,13 +6,10 @@ without it, in this process (Keras 3), and compares the numbers; or checks
 that the line is named.
 """
 
-import io
-import contextlib
 import textwrap
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 import tf_lossscale
 import tf_lossscale.compat
