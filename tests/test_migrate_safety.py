@@ -184,3 +184,43 @@ def test_private_keras_and_training_modules_of_tf_2_1_to_2_5_are_resolved(
         assert isinstance(namespace["opt"], tf_lossscale.LossScaleOptimizer)
     if "ls" in namespace:
         assert float(namespace["ls"]()) == 8.0
+
+
+# Item 3: the graph rewrite and the loss scale it takes, together.
+
+GRAPH_REWRITE_OF_AN_OPTIMIZER_OF_UNKNOWN_KIND = """\
+    import tensorflow as tf
+
+    def create_optimizer(learning_rate):
+        return tf.compat.v1.train.GradientDescentOptimizer(learning_rate)
+
+    loss_scaler = tf.train.experimental.DynamicLossScale(
+        initial_loss_scale=2 ** 10, increment_period=1000, multiplier=2.0)
+    optimizer = create_optimizer(0.1)
+    optimizer = {function}(optimizer, loss_scaler)
+    var = tf.Variable(1.0)
+    optimizer.minimize(lambda: var * 2.0, var_list=[var])
+    var = var.numpy()
+    tf.config.optimizer.set_experimental_options({{'auto_mixed_precision': False}})
+    """
+
+
+@pytest.mark.parametrize("function", [
+    "tf.train.experimental.enable_mixed_precision_graph_rewrite",
+    "tf.compat.v1.train.experimental.enable_mixed_precision_graph_rewrite",
+    "tf.compat.v1.mixed_precision.enable_mixed_precision_graph_rewrite"])
+def test_graph_rewrite_left_unconverted_still_takes_the_converted_loss_scale(
+        function):
+    source = textwrap.dedent(
+        GRAPH_REWRITE_OF_AN_OPTIMIZER_OF_UNKNOWN_KIND).format(function=function)
+    new, notes = migrate.rewrite(source)
+    # Reported: the rewriter cannot tell which wrapper TF chose ...
+    assert [n.line for n in notes] == [9]
+    assert "cannot tell whether optimizer is a Keras optimizer" in (
+        notes[0].reason)
+    # ... but never half converted: the converted loss scale is accepted.
+    assert "tf_lossscale.DynamicLossScale(" in new
+    assert "\nimport tf_lossscale.compat.graph_rewrite\n" in new
+    shim = _run(source, shim=True)["var"]
+    migrated = _run(new, shim=False)["var"]
+    assert shim == migrated == pytest.approx(0.8)

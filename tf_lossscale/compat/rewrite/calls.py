@@ -102,11 +102,21 @@ def _left(ctx: Context, original: cst.Call, updated: cst.Call, name: str,
     """Keeps a call the rewriter cannot convert, and notes why.
 
     The experimental optimizer becomes tf_lossscale's own deprecated one,
-    which takes `loss_scale=` and runs today.
+    which takes `loss_scale=` and runs today; the graph rewrite becomes the
+    function the shim binds, which takes the loss scales converted
+    elsewhere (never half a conversion).
     """
     why = why.rstrip(".")
     if name == _EXPERIMENTAL_OPTIMIZER:
         shim = table.LEGACY_NAMES[name].shim
+        ctx.note(original, f"{short(name)}: {why}; left as {shim}")
+        return updated.with_changes(func=dotted(shim))
+    if name in table.GRAPH_REWRITE:
+        # TensorFlow's own function (where it still exists) refuses the
+        # loss scales the name rule converted on other lines: call the one
+        # the shim binds, which takes them and chooses as TF chose.
+        shim = table.LEGACY_NAMES[name].shim
+        ctx.facts.imports_needed.add(shim.rsplit(".", 1)[0])
         ctx.note(original, f"{short(name)}: {why}; left as {shim}")
         return updated.with_changes(func=dotted(shim))
     what = short(name) if name else code(original.func)
