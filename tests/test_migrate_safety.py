@@ -224,3 +224,46 @@ def test_graph_rewrite_left_unconverted_still_takes_the_converted_loss_scale(
     shim = _run(source, shim=True)["var"]
     migrated = _run(new, shim=False)["var"]
     assert shim == migrated == pytest.approx(0.8)
+
+
+# Item 5: after --write, the lines named are those of the file on disk.
+
+def test_lines_reported_after_write_are_lines_of_the_written_file(
+        tmp_path, capsys):
+    path = tmp_path / "train.py"
+    path.write_text(textwrap.dedent("""\
+        import tensorflow as tf
+        from tensorflow.keras.mixed_precision import experimental as mp
+
+        policy = mp.Policy('mixed_float16')
+        mp.set_policy(policy)
+        opt = mp.LossScaleOptimizer(tf.keras.optimizers.SGD(), 'dynamic')
+        print('Loss scale: %s' % policy.loss_scale)
+        ls = tf.train.experimental.DynamicLossScale()
+        print(ls())
+        value = opt.loss_scale.get_config()
+        """))
+    assert migrate.run([str(path)], write=True) == 1
+    report = capsys.readouterr().err.splitlines()
+    written = path.read_text().splitlines()
+    named = [int(line.split(":")[1]) for line in report]
+    assert [written[n - 1] for n in named] == [
+        "print('Loss scale: %s' % policy.loss_scale)",
+        "value = opt.loss_scale.get_config()"]
+    assert report[0].endswith("[line 7 before --write]")
+    # Without --write, the file stays and the lines named are its own.
+    original = tmp_path / "original.py"
+    original.write_text(textwrap.dedent("""\
+        import tensorflow as tf
+        from tensorflow.keras.mixed_precision import experimental as mp
+        policy = mp.Policy('mixed_float16')
+        print(policy.loss_scale)
+        """))
+    assert migrate.run([str(original)], write=False) == 1
+    assert capsys.readouterr().err.startswith(f"{original}:4: ")
+
+
+def test_line_map_follows_added_and_changed_lines():
+    old = "a\nb\nc\nd\n"
+    new = "a\nimport x\n\nb\nadded\nC\nd\n"
+    assert migrate.line_map(old, new) == {1: 1, 2: 4, 3: 6, 4: 7, 5: 8}
