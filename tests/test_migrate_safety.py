@@ -267,3 +267,83 @@ def test_line_map_follows_added_and_changed_lines():
     old = "a\nb\nc\nd\n"
     new = "a\nimport x\n\nb\nadded\nC\nd\n"
     assert migrate.line_map(old, new) == {1: 1, 2: 4, 3: 6, 4: 7, 5: 8}
+
+
+# Item 6: a policy chosen by a conditional expression (google/automl style).
+
+AUTOML_STYLE = """\
+    import tensorflow as tf
+
+    class Config:
+        mixed_precision = {mixed}
+
+    def set_precision_policy(config):
+        precision = 'mixed_float16' if config.mixed_precision else 'float32'
+        policy = tf.keras.mixed_precision.experimental.Policy(precision)
+        tf.keras.mixed_precision.experimental.set_policy(policy)
+
+    class DetNetTrain(tf.keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = tf.keras.layers.Dense(1, dtype='float32',
+                                               kernel_initializer='ones')
+
+        def call(self, x):
+            return self.dense(x)
+
+        def train_step(self, data):
+            x, y = data
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.square(self(x) - y))
+                if isinstance(self.optimizer,
+                              tf.keras.mixed_precision.experimental.LossScaleOptimizer):
+                    scaled_loss = self.optimizer.get_scaled_loss(loss)
+                else:
+                    scaled_loss = loss
+            grads = tape.gradient(scaled_loss, self.trainable_variables)
+            if isinstance(self.optimizer,
+                          tf.keras.mixed_precision.experimental.LossScaleOptimizer):
+                grads = self.optimizer.get_unscaled_gradients(grads)
+            self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+            return {{'loss': loss}}
+
+    set_precision_policy(Config())
+    model = DetNetTrain()
+    model.compile(optimizer=tf.keras.optimizers.SGD(0.1))
+    x = tf.ones([4, 2])
+    model.fit(x, tf.zeros([4, 1]), epochs=3, verbose=0)
+    wrapped = type(model.optimizer).__name__
+    var = model.dense.kernel.numpy()
+    tf.keras.mixed_precision.set_global_policy('float32')
+    """
+
+
+@pytest.mark.parametrize("mixed", [True, False])
+def test_policy_chosen_by_a_conditional_is_followed_at_run_time(mixed,
+                                                                 recwarn):
+    source = textwrap.dedent(AUTOML_STYLE).format(mixed=mixed)
+    new = _migrated(source)
+    assert ("optimizer=tf_lossscale.LossScaleOptimizer(tf.keras.optimizers."
+            "SGD(0.1)) if tf.keras.mixed_precision.global_policy().name == "
+            "'mixed_float16' else tf.keras.optimizers.SGD(0.1)") in new
+    shim = _run(source, shim=True)
+    migrated = _run(new, shim=False)
+    assert (shim["wrapped"] != "SGD") == mixed
+    assert (migrated["wrapped"] != "SGD") == mixed
+    np.testing.assert_allclose(migrated["var"], shim["var"], rtol=1e-3)
+    assert not np.allclose(shim["var"], 1.0)  # It trained.
+
+
+def test_lines_that_fail_under_a_compile_left_unconverted_are_named():
+    source = textwrap.dedent(AUTOML_STYLE).format(mixed=True).replace(
+        "Policy(precision)", "Policy(precision, loss_scale=config.scale)")
+    _, notes = migrate.rewrite(source)
+    lines = source.splitlines()
+    named = [lines[n.line - 1].strip() for n in notes]
+    assert named == [
+        "policy = tf.keras.mixed_precision.experimental.Policy(precision, "
+        "loss_scale=config.scale)",
+        "scaled_loss = self.optimizer.get_scaled_loss(loss)",
+        "grads = self.optimizer.get_unscaled_gradients(grads)",
+        "model.compile(optimizer=tf.keras.optimizers.SGD(0.1))"]
+    assert "has no get_scaled_loss" in notes[1].reason

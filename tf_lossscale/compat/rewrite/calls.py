@@ -270,6 +270,7 @@ def _compile(ctx: Context, original: cst.Call, updated: cst.Call) -> cst.Call:
             "compile did not scale the loss and the current one does: pass "
             "auto_scale_loss=False to compile (Keras 3)")
     if scaling is Scaling.UNKNOWN:
+        _note_model_scaling_calls(ctx)
         raise Unconvertible(
             "the rewriter cannot tell which policy this compile runs under "
             "(the module sets a policy it cannot read, or several that "
@@ -277,24 +278,55 @@ def _compile(ctx: Context, original: cst.Call, updated: cst.Call) -> cst.Call:
             "LossScaleOptimizer under mixed_float16: wrap it in "
             f"{_OPTIMIZER} by hand where it did")
     if ctx.compile_overrides and not _is_super_call(original):
+        _note_model_scaling_calls(ctx)
         raise Unconvertible(
             "the module defines its own compile (class "
             f"{', '.join(ctx.compile_overrides)}), and the rewriter cannot "
             "tell whether this call reaches it or Keras' compile, which "
             "wrapped the optimizer in a LossScaleOptimizer under the policy; "
             f"wrap it in {_OPTIMIZER} by hand where Keras' compile did")
-    extra = [kwarg(k, cst.parse_expression(v)) for k, v in scaling]
+    extra = ([] if scaling is Scaling.IF_MIXED_FLOAT16 else
+             [kwarg(k, cst.parse_expression(v)) for k, v in scaling])
     index = _optimizer_index(original)
     if index is None:
-        return _with_default_optimizer(ctx, updated, extra)
+        return _with_default_optimizer(ctx, updated, extra, scaling)
     value = original.args[index].value
     wrapped = _wrapped(ctx, updated.args[index].value, ctx.facts.kind(value),
                        extra)
     if wrapped is None:
         return updated
+    wrapped = _if_mixed(ctx, wrapped, updated.args[index].value, scaling)
     args = list(updated.args)
     args[index] = args[index].with_changes(value=wrapped)
     return updated.with_changes(args=args)
+
+
+def _if_mixed(ctx: Context, wrapped: cst.BaseExpression,
+              unwrapped: cst.BaseExpression,
+              scaling: object) -> cst.BaseExpression:
+    """`wrapped`, or, for a policy chosen at run time, `wrapped` only if
+    the global policy is mixed_float16, as compile chose."""
+    if scaling is not Scaling.IF_MIXED_FLOAT16:
+        return wrapped
+    policy = ctx.facts.reference("keras.mixed_precision.global_policy")
+    test = cst.parse_expression(f"{policy}().name == 'mixed_float16'")
+    return cst.IfExp(test=test, body=wrapped, orelse=unwrapped)
+
+
+def _note_model_scaling_calls(ctx: Context) -> None:
+    """Names each line that calls a loss-scale optimizer's method on a
+    model's optimizer: with compile's wrapper left out, Keras 3's compile
+    wraps in its own class, which has none of them (they fail there)."""
+    if ctx.model_scaling_noted:
+        return
+    ctx.model_scaling_noted = True
+    for call in ctx.facts.model_optimizer_scaling_calls():
+        assert isinstance(call.func, cst.Attribute)
+        ctx.note(call, f"{code(call.func)}: the optimizer of a model whose "
+                 "compile is left unconverted (see its line) is Keras' own "
+                 "LossScaleOptimizer on Keras 3, which has no "
+                 f"{call.func.attr.value}; this fails there until that "
+                 "compile passes a tf_lossscale.LossScaleOptimizer")
 
 
 def _is_super_call(call: cst.Call) -> bool:
@@ -306,9 +338,12 @@ def _is_super_call(call: cst.Call) -> bool:
 
 
 def _with_default_optimizer(ctx: Context, updated: cst.Call,
-                            extra: List[cst.Arg]) -> cst.Call:
+                            extra: List[cst.Arg],
+                            scaling: object) -> cst.Call:
     """compile(...) without an optimizer: its default, "rmsprop", wrapped."""
-    default = _wrap(ctx, cst.SimpleString("'rmsprop'"), Kind.STRING, extra)
+    rmsprop = cst.SimpleString("'rmsprop'")
+    default = _if_mixed(ctx, _wrap(ctx, rmsprop, Kind.STRING, extra),
+                        rmsprop, scaling)
     args = list(updated.args)
     if args:
         args[-1] = args[-1].with_changes(comma=cst.Comma(

@@ -45,6 +45,8 @@ class Context:
                 and item.name.value == "compile"
                 for item in node.body.body)]
         self._handled: Set[int] = set()
+        # Whether the lines a left compile makes fail are named already.
+        self.model_scaling_noted = False
         self._statements: List[List[cst.BaseStatement]] = []
 
     def name_of(self, node: cst.CSTNode) -> Optional[str]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import enum
 from typing import (
+    Any,
     Callable,
     Dict,
     FrozenSet,
@@ -80,11 +81,24 @@ class Scaling(enum.Enum):
     NONE = "no loss scaling"
     UNKNOWN = "a policy the rewriter cannot read"
     UNSCALED_MIXED = "mixed_float16 with loss_scale=None"
+    # The policy's name is chosen at run time among literals (`'mixed_float16'
+    # if flags.amp else 'float32'`): compile wrapped, with the defaults, when
+    # the chosen one is mixed_float16.
+    IF_MIXED_FLOAT16 = "dynamic scaling if the policy set is mixed_float16"
 
 
 # The optimizer arguments (keyword, source) that compile's implicit wrapper
 # had, e.g. () for dynamic scaling, or a marker.
 CompileScaling = Union[Tuple[Tuple[str, str], ...], Scaling]
+
+
+def _by_name(names: Set[Any]) -> CompileScaling:
+    """The scaling of compile under a policy named one of `names`."""
+    if names == {"mixed_float16"}:
+        return ()
+    if "mixed_float16" in names:
+        return Scaling.IF_MIXED_FLOAT16
+    return Scaling.NONE
 
 
 class _Assignment(NamedTuple):
@@ -343,6 +357,14 @@ class Facts:
                 return True
         return False
 
+    def model_optimizer_scaling_calls(self) -> List[cst.Call]:
+        """`<x>.optimizer.get_scaled_loss(...)` and the like: calls of the
+        loss-scale optimizer's own methods on a model's optimizer."""
+        return [call for call in self._syntax.calls
+                if isinstance(call.func, cst.Attribute)
+                and call.func.attr.value in _SCALING_METHODS
+                and self._is_models_optimizer(call.func.value)]
+
     def _is_models_optimizer(self, node: cst.BaseExpression) -> bool:
         """`<x>.optimizer`, assigned nowhere in the module."""
         return isinstance(node, cst.Attribute) and (
@@ -408,15 +430,32 @@ class Facts:
             policy = values[0]
         if isinstance(policy, cst.Call):
             return self._policy_scaling(policy)
-        try:
-            name = literal(policy)
-        except Unconvertible:
+        names = self._policy_names(policy)
+        if names is None:
             return Scaling.UNKNOWN
-        if name is None or not isinstance(name, str):
-            return Scaling.NONE
         # TF 2.3's set_policy(name) sets Policy(name); TF 2.4-2.15's compile
         # wraps under "mixed_float16": both scale dynamically then.
-        return () if name == "mixed_float16" else Scaling.NONE
+        return _by_name(names)
+
+    def _policy_names(self, node: cst.BaseExpression,
+                      depth: int = 0) -> Optional[Set[Any]]:
+        """The literal values `node` may have: a literal, a conditional
+        expression between literals, or a name assigned one of those once;
+        None for anything else."""
+        if isinstance(node, cst.IfExp) and depth < 8:
+            body = self._policy_names(node.body, depth + 1)
+            orelse = self._policy_names(node.orelse, depth + 1)
+            return None if body is None or orelse is None else body | orelse
+        if isinstance(node, cst.Name) and node.value not in (
+                "None", "True", "False") and depth < 8:
+            values = self.reaching(node)
+            if len(values) != 1:
+                return None
+            return self._policy_names(values[0], depth + 1)
+        try:
+            return {literal(node)}
+        except Unconvertible:
+            return None
 
     def _policy_scaling(self, call: cst.Call) -> CompileScaling:
         """The scaling of a `Policy(name, loss_scale)` call being set."""
@@ -425,11 +464,16 @@ class Facts:
             return Scaling.UNKNOWN
         try:
             bound = bind(call.args, ("name", "loss_scale"), "Policy")
-            name = literal(call.args[bound["name"]].value)
+            names = self._policy_names(call.args[bound["name"]].value)
         except (KeyError, Unconvertible):
             return Scaling.UNKNOWN
+        if names is None:
+            return Scaling.UNKNOWN
         if "loss_scale" not in bound:
-            return () if name == "mixed_float16" else Scaling.NONE
+            return _by_name(names)
+        if len(names) != 1:
+            return Scaling.UNKNOWN
+        name = next(iter(names))
         self.scaling_sources.add(id(call))
         value = call.args[bound["loss_scale"]].value
         try:
