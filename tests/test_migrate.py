@@ -693,7 +693,7 @@ def test_migrate_keeps_windows_newlines_and_the_encoding(tmp_path):
 
 def test_migrate_reports_unparsable_file(tmp_path, capsys):
     path = tmp_path / "broken.py"
-    path.write_text("x = (\n")
+    path.write_text("ls = tf.train.experimental.DynamicLossScale(\n")
     assert cli.main(["migrate", str(path)]) == 1
     assert capsys.readouterr().err.startswith(f"{path}:")
 

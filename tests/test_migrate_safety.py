@@ -347,3 +347,39 @@ def test_lines_that_fail_under_a_compile_left_unconverted_are_named():
         "grads = self.optimizer.get_unscaled_gradients(grads)",
         "model.compile(optimizer=tf.keras.optimizers.SGD(0.1))"]
     assert "has no get_scaled_loss" in notes[1].reason
+
+
+# Item 7: files that cannot hold a loss-scaling name are not parsed.
+
+def test_files_without_a_loss_scaling_name_are_skipped_and_counted(
+        tmp_path, capsys, monkeypatch):
+    (tmp_path / "model.py").write_text("import tensorflow as tf\nx = (\n")
+    (tmp_path / "data.py").write_text("import numpy as np\n")
+    (tmp_path / "train.py").write_text(
+        "import tensorflow as tf\n"
+        "ls = tf.train.experimental.DynamicLossScale()\n")
+    parsed = []
+    real = migrate.rewrite
+    monkeypatch.setattr(migrate, "rewrite",
+                        lambda source: parsed.append(source) or real(source))
+    assert migrate.run([str(tmp_path)], write=True) == 0
+    assert len(parsed) == 1  # model.py would not even parse.
+    assert "tf_lossscale.DynamicLossScale()" in (
+        tmp_path / "train.py").read_text()
+    err = capsys.readouterr().err
+    assert err.startswith("migrate: 1 of 3 files parsed; 2 skipped, their "
+                          "text holding none of LossScale, Policy, ")
+
+
+@pytest.mark.parametrize("name", sorted(
+    __import__("tf_lossscale.compat.legacy_names",
+               fromlist=["x"]).LEGACY_NAMES))
+def test_every_legacy_name_passes_the_text_filter(name):
+    from tf_lossscale.compat import legacy_names
+    member = name.rsplit(".", 1)[1]
+    module = name.rsplit(".", 1)[0]
+    for text in (f"import tensorflow as tf\nx = tf.{name[11:]}\n",
+                 f"from {module} import {member}\n",
+                 f"from {module.rsplit('.', 1)[0]} import "
+                 f"{module.rsplit('.', 1)[1]} as m\nm.{member}\n"):
+        assert legacy_names.may_hold_legacy_names(text), text

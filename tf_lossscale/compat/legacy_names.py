@@ -22,10 +22,12 @@ __all__ = [
     "POLICY_GETTERS",
     "POLICY_SETTERS",
     "PROXIED_MODULES",
+    "TEXT_NEEDLES",
     "V1_OPTIMIZER_MODULES",
     "VANISHED_MODULES",
     "canonical",
     "default_policy_loss_scale",
+    "may_hold_legacy_names",
     "moved_module",
 ]
 
@@ -232,3 +234,33 @@ def default_policy_loss_scale(policy_name: str) -> Optional[str]:
     scaling), None for every other policy.
     """
     return "dynamic" if policy_name == "mixed_float16" else None
+
+
+def _needles() -> FrozenSet[str]:
+    """Texts one of which every file the rewriter can change contains.
+
+    A name is reached in source by its last component (`x.DynamicLossScale`,
+    `from m import DynamicLossScale`), and a module by its own name or,
+    for `experimental`, through its parent's (`mixed_precision`); the
+    reads rule needs `loss_scale`, the policy reads `dtype_policy`. The
+    `ALIASES` reach the same last names (or, for the private modules,
+    `mixed_precision` and `loss_scale` in the import).
+    """
+    names = [*LEGACY_NAMES, *POLICY_CLASSES, *POLICY_GETTERS,
+             *POLICY_SETTERS, *LOSS_SCALE_OPTIMIZERS, *VANISHED_MODULES]
+    last = {name.rsplit(".", 1)[-1] for name in names}
+    last.discard("experimental")  # Reached through `mixed_precision`.
+    last.discard("tensorflow")
+    needles = sorted(last | {"loss_scale", "dtype_policy", "mixed_precision"})
+    # Drop a needle that contains another: the shorter one finds it.
+    return frozenset(n for n in needles
+                     if not any(o != n and o in n for o in needles))
+
+
+TEXT_NEEDLES: FrozenSet[str] = _needles()
+
+
+def may_hold_legacy_names(text: str) -> bool:
+    """False only if the rewriter has nothing to do in `text` (a cheap test
+    that spares parsing the files of a repository that never scale)."""
+    return any(needle in text for needle in TEXT_NEEDLES)

@@ -29,10 +29,11 @@ import difflib
 import sys
 import tokenize
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import libcst as cst
 
+from tf_lossscale.compat import legacy_names as table
 from tf_lossscale.compat.rewrite import Note, rewrite
 
 __all__ = ["Note", "line_map", "rewrite", "run"]
@@ -72,7 +73,7 @@ def _diff(path: Path, source: str, new: str) -> List[str]:
         old_name, new_name))
 
 
-def migrate_file(path: Path, write: bool) -> List[str]:
+def migrate_file(path: Path, write: bool) -> Optional[List[str]]:
     """Rewrites one file, or prints its diff; returns its unconverted lines.
 
     Args:
@@ -81,9 +82,13 @@ def migrate_file(path: Path, write: bool) -> List[str]:
         printing a unified diff on stdout.
 
     Returns:
-      `file:line: reason` for each thing left unconverted.
+      `file:line: reason` for each thing left unconverted; None if the file
+      was not parsed, its text holding no name the rewriter acts on
+      (`legacy_names.may_hold_legacy_names`).
     """
     source, encoding = _read(path)
+    if not table.may_hold_legacy_names(source):
+        return None
     try:
         new, notes = rewrite(source)
     except cst.ParserSyntaxError as e:
@@ -141,8 +146,18 @@ def run(paths: Sequence[str], write: bool) -> int:
         print(f"migrate: {e}", file=sys.stderr)
         return 2
     left: List[str] = []
+    skipped = 0
     for path in files:
-        left += migrate_file(path, write)
+        notes = migrate_file(path, write)
+        if notes is None:
+            skipped += 1
+        else:
+            left += notes
     for line in left:
         print(line, file=sys.stderr)
+    if skipped:
+        print(f"migrate: {len(files) - skipped} of {len(files)} files parsed; "
+              f"{skipped} skipped, their text holding none of "
+              f"{', '.join(sorted(table.TEXT_NEEDLES))} (no loss scaling "
+              "to migrate)", file=sys.stderr)
     return 1 if left else 0
