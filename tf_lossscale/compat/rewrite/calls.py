@@ -291,6 +291,10 @@ def _compile(ctx: Context, original: cst.Call, updated: cst.Call) -> cst.Call:
     if index is None:
         return _with_default_optimizer(ctx, updated, extra, scaling)
     value = original.args[index].value
+    if isinstance(value, cst.IfExp) and any(
+            ctx.facts.kind(branch) is Kind.LOSS_SCALE_OPTIMIZER
+            for branch in (value.body, value.orelse)):
+        return updated  # Wrapped where the policy scales (migrated code).
     wrapped = _wrapped(ctx, updated.args[index].value, ctx.facts.kind(value),
                        extra)
     if wrapped is None:
