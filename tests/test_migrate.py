@@ -31,23 +31,27 @@ PAIRS = [
         import tensorflow as tf
         opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer(
             tf.keras.optimizers.SGD(), loss_scale='dynamic')
+        scaled = opt.get_scaled_loss(loss)
         """, """\
         import tensorflow as tf
         import tf_lossscale
 
         opt = tf_lossscale.LossScaleOptimizer(
             tf.keras.optimizers.SGD())
+        scaled = opt.get_scaled_loss(loss)
         """),
     ("number_becomes_a_fixed_initial_scale", """\
         import tensorflow as tf
         opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer(
             tf.keras.optimizers.SGD(), loss_scale=123)
+        opt.minimize(loss, var_list)
         """, """\
         import tensorflow as tf
         import tf_lossscale
 
         opt = tf_lossscale.LossScaleOptimizer(
             tf.keras.optimizers.SGD(), dynamic=False, initial_scale=123)
+        opt.minimize(loss, var_list)
         """),
     ("dynamic_loss_scale_args_are_renamed", """\
         import tensorflow as tf
@@ -56,6 +60,7 @@ PAIRS = [
             tf.keras.optimizers.SGD(),
             loss_scale=tf.train.experimental.DynamicLossScale(
                 initial_loss_scale=2048, increment_period=500))
+        grads = opt.get_unscaled_gradients(grads)
         """, """\
         import tensorflow as tf
         import tf_lossscale
@@ -65,17 +70,20 @@ PAIRS = [
             tf.keras.optimizers.SGD(),
             initial_scale=2048,
             dynamic_growth_steps=500)
+        grads = opt.get_unscaled_gradients(grads)
         """),
     ("positional_fixed_loss_scale_and_optimizer_keyword", """\
         import tensorflow as tf
         opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer(
             optimizer=sgd, loss_scale=tf.train.experimental.FixedLossScale(2 ** 7))
+        grads = opt.get_unscaled_gradients(grads)
         """, """\
         import tensorflow as tf
         import tf_lossscale
 
         opt = tf_lossscale.LossScaleOptimizer(
             inner_optimizer=sgd, dynamic=False, initial_scale=2 ** 7)
+        grads = opt.get_unscaled_gradients(grads)
         """),
     ("aliased_module_import_and_policy_api", """\
         from tensorflow.keras.mixed_precision import experimental as mixed_precision  # TF 2.3
@@ -85,6 +93,7 @@ PAIRS = [
         mixed_precision.set_policy(policy)
         print(mixed_precision.global_policy())
         opt = mixed_precision.LossScaleOptimizer(sgd, 'dynamic')
+        grads = opt.get_unscaled_gradients(grads)
         """, """\
         from tensorflow.keras import mixed_precision  # TF 2.3
         import tf_lossscale
@@ -94,17 +103,20 @@ PAIRS = [
         mixed_precision.set_global_policy(policy)
         print(mixed_precision.global_policy())
         opt = tf_lossscale.LossScaleOptimizer(sgd)
+        grads = opt.get_unscaled_gradients(grads)
         """),
     ("member_imports_move_to_their_new_modules", """\
         from tensorflow.keras.mixed_precision.experimental import (
             LossScaleOptimizer, set_policy, Policy as P)
         set_policy(P('mixed_float16', loss_scale='auto'))
         opt = LossScaleOptimizer(sgd, loss_scale=8)
+        grads = opt.get_unscaled_gradients(grads)
         """, """\
         from tf_lossscale import LossScaleOptimizer
         from tensorflow.keras.mixed_precision import set_global_policy, Policy as P
         set_global_policy(P('mixed_float16'))
         opt = LossScaleOptimizer(sgd, dynamic=False, initial_scale=8)
+        grads = opt.get_unscaled_gradients(grads)
         """),
     ("dotted_module_import", """\
         import tensorflow.keras.mixed_precision.experimental as mp
@@ -280,6 +292,7 @@ PAIRS = [
         opt = tf.train.experimental.enable_mixed_precision_graph_rewrite(
             opt, loss_scale=128)
         model.compile(optimizer=opt, loss='mse')
+        self.optimizer.minimize(loss, var_list, tape=tape)
         tf.train.experimental.disable_mixed_precision_graph_rewrite()
         """, """\
         import tensorflow as tf
@@ -289,6 +302,7 @@ PAIRS = [
         tf.config.optimizer.set_experimental_options({'auto_mixed_precision': True})
         opt = tf_lossscale.LossScaleOptimizer(opt, dynamic=False, initial_scale=128)
         model.compile(optimizer=opt, loss='mse')
+        self.optimizer.minimize(loss, var_list, tape=tape)
         tf.config.optimizer.set_experimental_options({'auto_mixed_precision': False})
         """),
     ("graph_rewrite_of_a_tf1_optimizer_imported_by_name", """\
@@ -307,6 +321,7 @@ PAIRS = [
         from tensorflow.keras.optimizers import Adam
         from tensorflow.mixed_precision import experimental as mpe
         opt = mpe.enable_mixed_precision_graph_rewrite(opt=Adam(), loss_scale='dynamic')
+        grads = opt.get_unscaled_gradients(grads)
         """, """\
         from tensorflow.keras.optimizers import Adam
         import tensorflow
@@ -314,6 +329,7 @@ PAIRS = [
 
         tensorflow.config.optimizer.set_experimental_options({'auto_mixed_precision': True})
         opt = tf_lossscale.LossScaleOptimizer(Adam())
+        grads = opt.get_unscaled_gradients(grads)
         """),
     # TF 2.1-2.3's optimizer.loss_scale(), a LossScale object's call.
     ("loss_scale_call_on_a_loss_scale_optimizer_reads_the_scale", """\
@@ -321,6 +337,7 @@ PAIRS = [
         opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer(sgd, 'dynamic')
         a = opt.loss_scale()
         b = self.model.optimizer.loss_scale()
+        grads = opt.get_unscaled_gradients(grads)
         """, """\
         import tensorflow as tf
         import tf_lossscale
@@ -328,6 +345,7 @@ PAIRS = [
         opt = tf_lossscale.LossScaleOptimizer(sgd)
         a = opt.loss_scale
         b = self.model.optimizer.loss_scale
+        grads = opt.get_unscaled_gradients(grads)
         """),
 ]
 
@@ -361,6 +379,7 @@ def test_loss_scale_in_a_variable_is_kept_working_and_reported():
         import tensorflow as tf
 
         opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer(sgd, ls)
+        grads = opt.get_unscaled_gradients(grads)
         """)
     assert "tf_lossscale.experimental.LossScaleOptimizer(sgd, ls)" in new
     assert [n.line for n in notes] == [3]
@@ -373,6 +392,7 @@ def test_multiplier_other_than_two_is_reported_with_the_table_reason():
         import tensorflow as tf
         opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer(
             sgd, tf.train.experimental.DynamicLossScale(multiplier=4))
+        grads = opt.get_unscaled_gradients(grads)
         """)
     assert [n.line for n in notes] == [2]
     assert "multiplier=4 has no equivalent" in notes[0].reason
@@ -382,6 +402,7 @@ def test_loss_scale_below_one_is_reported_not_converted():
     new, notes = _rewrite("""\
         import tensorflow as tf
         opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer(sgd, 0.5)
+        grads = opt.get_unscaled_gradients(grads)
         """)
     assert "initial_scale" not in new
     assert "loss_scale must be" in notes[0].reason and "0.5" in notes[0].reason
@@ -614,6 +635,7 @@ ls = tf.train.experimental.DynamicLossScale()
 LEFT_FILE = """\
 import tensorflow as tf
 opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer(sgd, ls)
+grads = opt.get_unscaled_gradients(grads)
 """
 
 
@@ -652,8 +674,10 @@ def test_migrate_reports_what_it_left_as_file_line_reason_and_fails(
     assert cli.main(["migrate", "--write", str(path)]) == 1
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1
-    assert err[0].startswith(f"{path}:2: tf.keras.mixed_precision."
+    # Line 4 of the file as written (an import was added above it).
+    assert err[0].startswith(f"{path}:4: tf.keras.mixed_precision."
                              "experimental.LossScaleOptimizer: loss_scale=ls")
+    assert err[0].endswith(" [line 2 before --write]")
 
 
 def test_migrate_keeps_windows_newlines_and_the_encoding(tmp_path):
@@ -669,7 +693,7 @@ def test_migrate_keeps_windows_newlines_and_the_encoding(tmp_path):
 
 def test_migrate_reports_unparsable_file(tmp_path, capsys):
     path = tmp_path / "broken.py"
-    path.write_text("x = (\n")
+    path.write_text("ls = tf.train.experimental.DynamicLossScale(\n")
     assert cli.main(["migrate", str(path)]) == 1
     assert capsys.readouterr().err.startswith(f"{path}:")
 
@@ -699,6 +723,8 @@ def test_compile_of_a_model_whose_class_overrides_compile_is_reported():
     # make it wrap a LossScaleOptimizer (a TypeError).
     assert "model.compile(optimizer='adam', loss='mse')" in text
     assert "super().compile(optimizer=optimizer, **kwargs)" in text
-    assert "tf_lossscale.LossScaleOptimizer(\n" in text
+    # No scaling call is seen on it: TF 2.4's class, which takes gradients
+    # as the legacy one did.
+    assert "tf_lossscale.experimental.LossScaleOptimizer(\n" in text
     assert [n.line for n in notes] == [12]
     assert "defines its own compile (class Base)" in notes[0].reason

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Dict, FrozenSet, NamedTuple, Optional
 
 __all__ = [
+    "ALIASES",
     "GRAPH_REWRITE",
     "KERAS_OPTIMIZER_MODULES",
     "LEGACY_NAMES",
@@ -21,9 +22,13 @@ __all__ = [
     "POLICY_GETTERS",
     "POLICY_SETTERS",
     "PROXIED_MODULES",
+    "TEXT_NEEDLES",
     "V1_OPTIMIZER_MODULES",
     "VANISHED_MODULES",
+    "canonical",
     "default_policy_loss_scale",
+    "may_hold_legacy_names",
+    "moved_module",
 ]
 
 
@@ -121,6 +126,72 @@ VANISHED_MODULES: Dict[str, Optional[str]] = {
 # own names.
 PROXIED_MODULES: FrozenSet[str] = frozenset({_KERAS_MP})
 
+# Other spellings of the same objects, by prefix (the longest applies): the
+# TF 2 API under `tensorflow.compat.v2`, Keras under `tensorflow.compat.v1`,
+# and the private modules TF 2.1-2.5 code imported them from
+# (`tensorflow.python.keras.mixed_precision...`,
+# `tensorflow.python.training.experimental...`). Names are resolved through
+# this before the tables above are read.
+_PY_KERAS_MP = "tensorflow.python.keras.mixed_precision"
+_PY_TRAINING = "tensorflow.python.training.experimental"
+_COMPAT_PREFIXES: Dict[str, str] = {
+    "tensorflow.compat.v2": "tensorflow",
+    "tensorflow.compat.v1.keras": "tensorflow.keras",
+    "tensorflow.compat.v2.compat.v1": "tensorflow.compat.v1",
+}
+# Private modules: the rewriter also rewrites their imports, since they
+# differ from TF release to TF release.
+_PRIVATE_PREFIXES: Dict[str, str] = {
+    # TF 2.1-2.3.
+    f"{_PY_KERAS_MP}.experimental": _KERAS_EXPERIMENTAL,
+    f"{_PY_KERAS_MP}.experimental.policy": _KERAS_EXPERIMENTAL,
+    f"{_PY_KERAS_MP}.experimental.loss_scale_optimizer": _KERAS_EXPERIMENTAL,
+    # TF 2.4-2.5: the current class and the V1 (experimental) ones side by
+    # side in one module.
+    _PY_KERAS_MP: _KERAS_MP,
+    f"{_PY_KERAS_MP}.policy": _KERAS_MP,
+    f"{_PY_KERAS_MP}.policy.PolicyV1": f"{_KERAS_EXPERIMENTAL}.Policy",
+    f"{_PY_KERAS_MP}.policy.set_policy": f"{_KERAS_EXPERIMENTAL}.set_policy",
+    f"{_PY_KERAS_MP}.loss_scale_optimizer": _KERAS_MP,
+    f"{_PY_KERAS_MP}.loss_scale_optimizer.LossScaleOptimizerV1":
+        f"{_KERAS_EXPERIMENTAL}.LossScaleOptimizer",
+    # TensorFlow's own loss scales, TF1 optimizer and graph rewrite.
+    f"{_PY_TRAINING}.loss_scale": "tensorflow.mixed_precision.experimental",
+    f"{_PY_TRAINING}.loss_scale_optimizer": "tensorflow.compat.v1.mixed_precision",
+    f"{_PY_TRAINING}.mixed_precision": "tensorflow.compat.v1.mixed_precision",
+    f"{_PY_TRAINING}.mixed_precision.enable_mixed_precision_graph_rewrite_v1":
+        "tensorflow.compat.v1.mixed_precision."
+        "enable_mixed_precision_graph_rewrite",
+    f"{_PY_TRAINING}.mixed_precision.disable_mixed_precision_graph_rewrite_v1":
+        "tensorflow.compat.v1.mixed_precision."
+        "disable_mixed_precision_graph_rewrite",
+}
+ALIASES: Dict[str, str] = {**_COMPAT_PREFIXES, **_PRIVATE_PREFIXES}
+
+
+def _resolve(name: str, prefixes: Dict[str, str]) -> str:
+    parts = name.split(".")
+    for end in range(len(parts), 0, -1):
+        head = ".".join(parts[:end])
+        if head in prefixes:
+            return ".".join([prefixes[head], *parts[end:]])
+    return name
+
+
+def canonical(name: str) -> str:
+    """`name` in the spelling the tables use (see `ALIASES`)."""
+    return _resolve(name, ALIASES)
+
+
+def moved_module(name: str) -> Optional[str]:
+    """The public module a private one (see `ALIASES`) is spelt as now.
+
+    None for a name that is not in a private module of the table.
+    """
+    resolved = _resolve(name, _PRIVATE_PREFIXES)
+    return None if resolved == name else resolved
+
+
 # The rewriter's view of what a call makes. Prefixes of qualified names.
 KERAS_OPTIMIZER_MODULES = (
     "tensorflow.keras.optimizers.", "tensorflow.optimizers.",
@@ -163,3 +234,33 @@ def default_policy_loss_scale(policy_name: str) -> Optional[str]:
     scaling), None for every other policy.
     """
     return "dynamic" if policy_name == "mixed_float16" else None
+
+
+def _needles() -> FrozenSet[str]:
+    """Texts one of which every file the rewriter can change contains.
+
+    A name is reached in source by its last component (`x.DynamicLossScale`,
+    `from m import DynamicLossScale`), and a module by its own name or,
+    for `experimental`, through its parent's (`mixed_precision`); the
+    reads rule needs `loss_scale`, the policy reads `dtype_policy`. The
+    `ALIASES` reach the same last names (or, for the private modules,
+    `mixed_precision` and `loss_scale` in the import).
+    """
+    names = [*LEGACY_NAMES, *POLICY_CLASSES, *POLICY_GETTERS,
+             *POLICY_SETTERS, *LOSS_SCALE_OPTIMIZERS, *VANISHED_MODULES]
+    last = {name.rsplit(".", 1)[-1] for name in names}
+    last.discard("experimental")  # Reached through `mixed_precision`.
+    last.discard("tensorflow")
+    needles = sorted(last | {"loss_scale", "dtype_policy", "mixed_precision"})
+    # Drop a needle that contains another: the shorter one finds it.
+    return frozenset(n for n in needles
+                     if not any(o != n and o in n for o in needles))
+
+
+TEXT_NEEDLES: FrozenSet[str] = _needles()
+
+
+def may_hold_legacy_names(text: str) -> bool:
+    """False only if the rewriter has nothing to do in `text` (a cheap test
+    that spares parsing the files of a repository that never scale)."""
+    return any(needle in text for needle in TEXT_NEEDLES)

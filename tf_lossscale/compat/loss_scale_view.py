@@ -10,16 +10,24 @@ the current scale itself (a tensor), as the current optimizer does.
 
 Under the shim, `loss_scale` of `tf_lossscale.experimental.
 LossScaleOptimizer` is a `LossScaleView` instead: all of the above, and
-also a tensor wherever one is expected (`tf.cast(view, ...)`, `loss *
-view`), through TensorFlow's `__tf_tensor__` protocol, so that the
-optimizer's own arithmetic is unchanged. (A stopgap until the core gives the
+also the number TF 2.4 code used it as, since TF 2.4's experimental
+optimizer (and what `enable_mixed_precision_graph_rewrite` returned) gave a
+tensor there: `float(view)`, `'%g' % view`, `f"{view:.1f}"`, arithmetic on
+either side and comparisons (tensors, as a variable's give), `view.numpy()`,
+`np.asarray(view)`, and a tensor wherever one is expected
+(`tf.convert_to_tensor`, `tf.cast`, `tf.summary.scalar`, any op), through
+TensorFlow's `__tf_tensor__` protocol; eagerly and inside `tf.function`
+(where, as for any tensor there, only `float()` and formatting need a
+value and fail). (A stopgap until the core gives the
 experimental class this attribute itself; then this module goes.)
 """
 
 from __future__ import annotations
 
+import operator
 from typing import Any, Callable, Dict, Optional
 
+import numpy as np
 import tensorflow as tf
 
 __all__ = ["LossScaleView", "view_property"]
@@ -45,6 +53,37 @@ class LossScaleView:
     def __tf_tensor__(self, dtype: Optional[tf.DType] = None,
                       name: Optional[str] = None) -> tf.Tensor:
         return tf.convert_to_tensor(self(), dtype=dtype, name=name)
+
+    # The current scale as a number (TF 2.4 gave a tensor here).
+
+    @property
+    def dtype(self) -> tf.DType:
+        return tf.float32
+
+    def numpy(self) -> Any:
+        """The current scale, a numpy float32 (eagerly)."""
+        return self().numpy()
+
+    def __float__(self) -> float:
+        return float(self())
+
+    def __int__(self) -> int:
+        return int(float(self()))
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        return np.asarray(self().numpy(), dtype=dtype)
+
+    def __format__(self, spec: str) -> str:
+        """`f"{view}"` is its repr, as the object's; `f"{view:g}"` a number."""
+        return format(float(self), spec) if spec else str(self)
+
+    def __neg__(self) -> tf.Tensor:
+        return -self()
+
+    def __abs__(self) -> tf.Tensor:
+        return abs(self())
+
+    __hash__ = object.__hash__
 
     @property
     def initial_loss_scale(self) -> float:
@@ -95,6 +134,28 @@ class LossScaleView:
         good_steps = int(self._optimizer.dynamic_counter)
         return (f"DynamicLossScale(current_loss_scale={current}, "
                 f"num_good_steps={good_steps}, {arguments})")
+
+
+def _binary(op: Callable[[Any, Any], Any], reflected: bool) -> Any:
+    """`view <op> other` (or `other <op> view`) on the current scale."""
+
+    def method(self: LossScaleView, other: Any) -> Any:
+        if isinstance(other, LossScaleView):
+            other = other()
+        return op(other, self()) if reflected else op(self(), other)
+
+    return method
+
+
+for _name, _op in [("add", operator.add), ("sub", operator.sub),
+                   ("mul", operator.mul), ("truediv", operator.truediv),
+                   ("floordiv", operator.floordiv), ("mod", operator.mod),
+                   ("pow", operator.pow)]:
+    setattr(LossScaleView, f"__{_name}__", _binary(_op, reflected=False))
+    setattr(LossScaleView, f"__r{_name}__", _binary(_op, reflected=True))
+for _name in ("lt", "le", "gt", "ge", "eq", "ne"):
+    setattr(LossScaleView, f"__{_name}__",
+            _binary(getattr(operator, _name), reflected=False))
 
 
 def view_property(current: Callable[[Any], tf.Tensor]) -> property:

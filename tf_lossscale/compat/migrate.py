@@ -29,13 +29,14 @@ import difflib
 import sys
 import tokenize
 from pathlib import Path
-from typing import List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import libcst as cst
 
+from tf_lossscale.compat import legacy_names as table
 from tf_lossscale.compat.rewrite import Note, rewrite
 
-__all__ = ["Note", "rewrite", "run"]
+__all__ = ["Note", "line_map", "rewrite", "run"]
 
 
 def _python_files(paths: Sequence[str]) -> List[Path]:
@@ -72,7 +73,7 @@ def _diff(path: Path, source: str, new: str) -> List[str]:
         old_name, new_name))
 
 
-def migrate_file(path: Path, write: bool) -> List[str]:
+def migrate_file(path: Path, write: bool) -> Optional[List[str]]:
     """Rewrites one file, or prints its diff; returns its unconverted lines.
 
     Args:
@@ -81,9 +82,13 @@ def migrate_file(path: Path, write: bool) -> List[str]:
         printing a unified diff on stdout.
 
     Returns:
-      `file:line: reason` for each thing left unconverted.
+      `file:line: reason` for each thing left unconverted; None if the file
+      was not parsed, its text holding no name the rewriter acts on
+      (`legacy_names.may_hold_legacy_names`).
     """
     source, encoding = _read(path)
+    if not table.may_hold_legacy_names(source):
+        return None
     try:
         new, notes = rewrite(source)
     except cst.ParserSyntaxError as e:
@@ -94,7 +99,34 @@ def migrate_file(path: Path, write: bool) -> List[str]:
                 f.write(new)
         else:
             sys.stdout.writelines(_diff(path, source, new))
-    return [f"{path}:{note.line}: {note.reason}" for note in notes]
+    if not (write and new != source):
+        return [f"{path}:{note.line}: {note.reason}" for note in notes]
+    # The file on disk is the rewritten one: name its lines (imports added
+    # above move everything down), and the line as it was read.
+    lines = line_map(source, new)
+    return [f"{path}:{lines[note.line]}: {note.reason} [line {note.line} "
+            "before --write]" if lines[note.line] != note.line else
+            f"{path}:{note.line}: {note.reason}" for note in notes]
+
+
+def line_map(old: str, new: str) -> Dict[int, int]:
+    """Line numbers (1-based) of `old` -> where that line is in `new`.
+
+    Unchanged lines map exactly; a changed line maps into the block that
+    replaced it, aligned to the block's end, since the rewriter adds
+    statements before a line, not after.
+    """
+    a, b = old.splitlines(), new.splitlines()
+    mapping: Dict[int, int] = {}
+    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        for i in range(i1, i2):
+            if tag == "equal":
+                mapping[i + 1] = j1 + (i - i1) + 1
+            else:
+                mapping[i + 1] = max(j1, j2 - (i2 - i)) + 1
+    mapping.setdefault(len(a) + 1, len(b) + 1)
+    return mapping
 
 
 def run(paths: Sequence[str], write: bool) -> int:
@@ -114,8 +146,18 @@ def run(paths: Sequence[str], write: bool) -> int:
         print(f"migrate: {e}", file=sys.stderr)
         return 2
     left: List[str] = []
+    skipped = 0
     for path in files:
-        left += migrate_file(path, write)
+        notes = migrate_file(path, write)
+        if notes is None:
+            skipped += 1
+        else:
+            left += notes
     for line in left:
         print(line, file=sys.stderr)
+    if skipped:
+        print(f"migrate: {len(files) - skipped} of {len(files)} files parsed; "
+              f"{skipped} skipped, their text holding none of "
+              f"{', '.join(sorted(table.TEXT_NEEDLES))} (no loss scaling "
+              "to migrate)", file=sys.stderr)
     return 1 if left else 0

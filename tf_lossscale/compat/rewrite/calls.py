@@ -2,7 +2,11 @@
 
 - `LossScaleOptimizer(opt, loss_scale=...)`, experimental or not: the loss
   scale becomes `dynamic`/`initial_scale`/`dynamic_growth_steps`
-  (`loss_scale_args`);
+  (`loss_scale_args`); an experimental one (or the graph rewrite's wrapper
+  of a Keras optimizer) on which the module calls no scaling method becomes
+  `tf_lossscale.experimental.LossScaleOptimizer`, TF 2.4's class, which
+  applies gradients given without scaling calls as unscaled, as the legacy
+  one did (the current class would take them as scaled on Keras 3);
 - `Policy(name, loss_scale=...)`: the loss scale moves to the optimizers
   `compile` wraps;
 - `enable_mixed_precision_graph_rewrite(opt, loss_scale)`: the wrapper TF
@@ -47,6 +51,9 @@ _CURRENT_OPTIMIZER = "tensorflow.keras.mixed_precision.LossScaleOptimizer"
 _LEGACY_POLICY = _EXPERIMENTAL + "Policy"
 _OPTIMIZER = "tf_lossscale.LossScaleOptimizer"
 _V1_OPTIMIZER = "tf_lossscale.MixedPrecisionLossScaleOptimizer"
+# TF 2.4's class, which takes gradients applied with neither scaling call as
+# unscaled, as TF 2.1-2.4 did; what the shim binds the legacy name to.
+_DEPRECATED = "tf_lossscale.experimental.LossScaleOptimizer"
 _AMP_OPTION = "config.optimizer.set_experimental_options"
 
 
@@ -67,6 +74,8 @@ def rewrite_call(ctx: Context, original: cst.Call,
     name = ctx.name_of(original.func)
     try:
         if name == _EXPERIMENTAL_OPTIMIZER:
+            if not ctx.facts.scaling_seen(original):
+                return updated.with_changes(func=dotted(_DEPRECATED))
             return _optimizer(ctx, original, updated, ("optimizer",))
         if name == _CURRENT_OPTIMIZER:
             return _optimizer(ctx, original, updated,
@@ -93,11 +102,21 @@ def _left(ctx: Context, original: cst.Call, updated: cst.Call, name: str,
     """Keeps a call the rewriter cannot convert, and notes why.
 
     The experimental optimizer becomes tf_lossscale's own deprecated one,
-    which takes `loss_scale=` and runs today.
+    which takes `loss_scale=` and runs today; the graph rewrite becomes the
+    function the shim binds, which takes the loss scales converted
+    elsewhere (never half a conversion).
     """
     why = why.rstrip(".")
     if name == _EXPERIMENTAL_OPTIMIZER:
         shim = table.LEGACY_NAMES[name].shim
+        ctx.note(original, f"{short(name)}: {why}; left as {shim}")
+        return updated.with_changes(func=dotted(shim))
+    if name in table.GRAPH_REWRITE:
+        # TensorFlow's own function (where it still exists) refuses the
+        # loss scales the name rule converted on other lines: call the one
+        # the shim binds, which takes them and chooses as TF chose.
+        shim = table.LEGACY_NAMES[name].shim
+        ctx.facts.imports_needed.add(shim.rsplit(".", 1)[0])
         ctx.note(original, f"{short(name)}: {why}; left as {shim}")
         return updated.with_changes(func=dotted(shim))
     what = short(name) if name else code(original.func)
@@ -212,6 +231,10 @@ def _rewrite_wrapper(ctx: Context, original: cst.Call, updated: cst.Call,
     opt = updated.args[bound["opt"]].value
     kind = ctx.facts.kind(original.args[bound["opt"]].value)
     i = bound.get("loss_scale")
+    if kind is Kind.KERAS_OPTIMIZER and not ctx.facts.scaling_seen(original):
+        loss_scale = (updated.args[i].value if i is not None
+                      else cst.SimpleString("'dynamic'"))
+        return _call(_DEPRECATED, [cst.Arg(opt), cst.Arg(loss_scale)])
     if kind is Kind.KERAS_OPTIMIZER:
         extra = [] if i is None else loss_scale_args.optimizer_args(
             original.args[i].value, updated.args[i].value, ctx.name_of)
@@ -247,6 +270,7 @@ def _compile(ctx: Context, original: cst.Call, updated: cst.Call) -> cst.Call:
             "compile did not scale the loss and the current one does: pass "
             "auto_scale_loss=False to compile (Keras 3)")
     if scaling is Scaling.UNKNOWN:
+        _note_model_scaling_calls(ctx)
         raise Unconvertible(
             "the rewriter cannot tell which policy this compile runs under "
             "(the module sets a policy it cannot read, or several that "
@@ -254,24 +278,59 @@ def _compile(ctx: Context, original: cst.Call, updated: cst.Call) -> cst.Call:
             "LossScaleOptimizer under mixed_float16: wrap it in "
             f"{_OPTIMIZER} by hand where it did")
     if ctx.compile_overrides and not _is_super_call(original):
+        _note_model_scaling_calls(ctx)
         raise Unconvertible(
             "the module defines its own compile (class "
             f"{', '.join(ctx.compile_overrides)}), and the rewriter cannot "
             "tell whether this call reaches it or Keras' compile, which "
             "wrapped the optimizer in a LossScaleOptimizer under the policy; "
             f"wrap it in {_OPTIMIZER} by hand where Keras' compile did")
-    extra = [kwarg(k, cst.parse_expression(v)) for k, v in scaling]
+    extra = ([] if scaling is Scaling.IF_MIXED_FLOAT16 else
+             [kwarg(k, cst.parse_expression(v)) for k, v in scaling])
     index = _optimizer_index(original)
     if index is None:
-        return _with_default_optimizer(ctx, updated, extra)
+        return _with_default_optimizer(ctx, updated, extra, scaling)
     value = original.args[index].value
+    if isinstance(value, cst.IfExp) and any(
+            ctx.facts.kind(branch) is Kind.LOSS_SCALE_OPTIMIZER
+            for branch in (value.body, value.orelse)):
+        return updated  # Wrapped where the policy scales (migrated code).
     wrapped = _wrapped(ctx, updated.args[index].value, ctx.facts.kind(value),
                        extra)
     if wrapped is None:
         return updated
+    wrapped = _if_mixed(ctx, wrapped, updated.args[index].value, scaling)
     args = list(updated.args)
     args[index] = args[index].with_changes(value=wrapped)
     return updated.with_changes(args=args)
+
+
+def _if_mixed(ctx: Context, wrapped: cst.BaseExpression,
+              unwrapped: cst.BaseExpression,
+              scaling: object) -> cst.BaseExpression:
+    """`wrapped`, or, for a policy chosen at run time, `wrapped` only if
+    the global policy is mixed_float16, as compile chose."""
+    if scaling is not Scaling.IF_MIXED_FLOAT16:
+        return wrapped
+    policy = ctx.facts.reference("keras.mixed_precision.global_policy")
+    test = cst.parse_expression(f"{policy}().name == 'mixed_float16'")
+    return cst.IfExp(test=test, body=wrapped, orelse=unwrapped)
+
+
+def _note_model_scaling_calls(ctx: Context) -> None:
+    """Names each line that calls a loss-scale optimizer's method on a
+    model's optimizer: with compile's wrapper left out, Keras 3's compile
+    wraps in its own class, which has none of them (they fail there)."""
+    if ctx.model_scaling_noted:
+        return
+    ctx.model_scaling_noted = True
+    for call in ctx.facts.model_optimizer_scaling_calls():
+        assert isinstance(call.func, cst.Attribute)
+        ctx.note(call, f"{code(call.func)}: the optimizer of a model whose "
+                 "compile is left unconverted (see its line) is Keras' own "
+                 "LossScaleOptimizer on Keras 3, which has no "
+                 f"{call.func.attr.value}; this fails there until that "
+                 "compile passes a tf_lossscale.LossScaleOptimizer")
 
 
 def _is_super_call(call: cst.Call) -> bool:
@@ -283,9 +342,12 @@ def _is_super_call(call: cst.Call) -> bool:
 
 
 def _with_default_optimizer(ctx: Context, updated: cst.Call,
-                            extra: List[cst.Arg]) -> cst.Call:
+                            extra: List[cst.Arg],
+                            scaling: object) -> cst.Call:
     """compile(...) without an optimizer: its default, "rmsprop", wrapped."""
-    default = _wrap(ctx, cst.SimpleString("'rmsprop'"), Kind.STRING, extra)
+    rmsprop = cst.SimpleString("'rmsprop'")
+    default = _if_mixed(ctx, _wrap(ctx, rmsprop, Kind.STRING, extra),
+                        rmsprop, scaling)
     args = list(updated.args)
     if args:
         args[-1] = args[-1].with_changes(comma=cst.Comma(

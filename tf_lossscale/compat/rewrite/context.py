@@ -13,6 +13,7 @@ from libcst.metadata import (
     QualifiedNameSource,
 )
 
+from tf_lossscale.compat import legacy_names as table
 from tf_lossscale.compat.rewrite.facts import Facts, collect
 from tf_lossscale.compat.rewrite.syntax import Note
 
@@ -44,14 +45,17 @@ class Context:
                 and item.name.value == "compile"
                 for item in node.body.body)]
         self._handled: Set[int] = set()
+        # Whether the lines a left compile makes fail are named already.
+        self.model_scaling_noted = False
         self._statements: List[List[cst.BaseStatement]] = []
 
     def name_of(self, node: cst.CSTNode) -> Optional[str]:
-        """The imported name `node` refers to, e.g. tensorflow.train.x."""
+        """The imported name `node` refers to, e.g. tensorflow.train.x, in
+        the spelling of the legacy table (`legacy_names.canonical`)."""
         names = self._get_metadata(QualifiedNameProvider, node, set())
         for qualified in sorted(names, key=lambda q: q.name):
             if qualified.source is QualifiedNameSource.IMPORT:
-                return qualified.name
+                return table.canonical(qualified.name)
         return None
 
     def is_read(self, node: cst.CSTNode) -> bool:

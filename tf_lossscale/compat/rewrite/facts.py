@@ -27,18 +27,20 @@ from typing import (
     Optional,
     Set,
     Tuple,
-    Union,
 )
 
 import libcst as cst
 
 from tf_lossscale.compat import legacy_names as table
-from tf_lossscale.compat.rewrite import loss_scale_args
+from tf_lossscale.compat.rewrite.compile_scaling import (
+    CompileScaling,
+    CompileScalingFacts,
+    Scaling,
+)
 from tf_lossscale.compat.rewrite.syntax import (
     Unconvertible,
     bind,
     code,
-    literal,
 )
 
 __all__ = ["Facts", "Kind", "Scaling", "collect"]
@@ -61,6 +63,7 @@ class Kind(enum.Enum):
 _LOSS_SCALE_KINDS = (Kind.LOSS_SCALE_OPTIMIZER, Kind.EXPERIMENTAL_OPTIMIZER)
 _EXPERIMENTAL_OPTIMIZER = (
     "tensorflow.keras.mixed_precision.experimental.LossScaleOptimizer")
+_SCALING_METHODS = ("get_scaled_loss", "get_unscaled_gradients", "minimize")
 _LEGACY_SET_POLICY = "tensorflow.keras.mixed_precision.experimental.set_policy"
 
 
@@ -71,19 +74,6 @@ def _join(kinds: Set[Kind]) -> Kind:
     if kinds and kinds <= set(_LOSS_SCALE_KINDS):
         return Kind.LOSS_SCALE_OPTIMIZER
     return Kind.UNKNOWN
-
-
-class Scaling(enum.Enum):
-    """Markers for `compile_scaling()` besides a tuple of arguments."""
-
-    NONE = "no loss scaling"
-    UNKNOWN = "a policy the rewriter cannot read"
-    UNSCALED_MIXED = "mixed_float16 with loss_scale=None"
-
-
-# The optimizer arguments (keyword, source) that compile's implicit wrapper
-# had, e.g. () for dynamic scaling, or a marker.
-CompileScaling = Union[Tuple[Tuple[str, str], ...], Scaling]
 
 
 class _Assignment(NamedTuple):
@@ -105,6 +95,9 @@ class _Syntax(cst.CSTVisitor):
         super().__init__()
         self.assigned: Dict[str, List[_Assignment]] = {}
         self.calls: List[cst.Call] = []
+        # id(call) -> the targets of the assignment it is in, if any.
+        self.call_targets: Dict[int, Tuple[str, ...]] = {}
+        self._targets: List[Tuple[str, ...]] = []
         self.aliases: Dict[str, str] = {}  # local name -> module imported
         self.positions: Dict[int, Tuple[int, Tuple[int, ...]]] = {}
         self._blocks: List[int] = []
@@ -142,12 +135,22 @@ class _Syntax(cst.CSTVisitor):
     def visit_Call(self, node: cst.Call) -> None:
         self._mark(node)
         self.calls.append(node)
+        if self._targets:
+            self.call_targets[id(node)] = self._targets[-1]
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        self._targets.append(tuple(code(t.target) for t in node.targets))
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self._targets.append((code(node.target),))
 
     def leave_Assign(self, node: cst.Assign) -> None:
+        self._targets.pop()
         for target in node.targets:
             self._assign(target.target, node.value)
 
     def leave_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self._targets.pop()
         if node.value is not None:
             self._assign(node.target, node.value)
 
@@ -184,7 +187,7 @@ def collect(module: cst.Module) -> _Syntax:
     return syntax
 
 
-class Facts:
+class Facts(CompileScalingFacts):
     """Answers about the module `syntax` was collected from.
 
     Args:
@@ -198,6 +201,9 @@ class Facts:
         self._scaling: Optional[CompileScaling] = None
         self.scaling_sources: Set[int] = set()  # ids of Policy calls set
         self.imports_needed: Set[str] = set()
+
+    def _calls(self) -> List[cst.Call]:
+        return self._syntax.calls
 
     # What an expression makes.
 
@@ -306,6 +312,42 @@ class Facts:
             return self._sets_legacy_policy()
         return Kind.EXPERIMENTAL_OPTIMIZER in self._possible_kinds(node)
 
+    def scaling_seen(self, call: cst.Call) -> bool:
+        """True if the module calls a scaling method on what `call` makes.
+
+        `get_scaled_loss`, `get_unscaled_gradients` or `minimize` on the
+        name `call` is assigned to, or on a model's `.optimizer` (assigned
+        nowhere in the module), which may hold it. Only then
+        does the current class train as the experimental one did: the two
+        differ on gradients applied with neither scaling call (TF 2.4's
+        class took them as unscaled, Keras 3's flavour takes them as
+        scaled).
+        """
+        targets = set(self._syntax.call_targets.get(id(call), ()))
+        for other in self._syntax.calls:
+            func = other.func
+            if not (isinstance(func, cst.Attribute)
+                    and func.attr.value in _SCALING_METHODS):
+                continue
+            receiver = func.value
+            if code(receiver) in targets or self._is_models_optimizer(
+                    receiver):
+                return True
+        return False
+
+    def model_optimizer_scaling_calls(self) -> List[cst.Call]:
+        """`<x>.optimizer.get_scaled_loss(...)` and the like: calls of the
+        loss-scale optimizer's own methods on a model's optimizer."""
+        return [call for call in self._syntax.calls
+                if isinstance(call.func, cst.Attribute)
+                and call.func.attr.value in _SCALING_METHODS
+                and self._is_models_optimizer(call.func.value)]
+
+    def _is_models_optimizer(self, node: cst.BaseExpression) -> bool:
+        """`<x>.optimizer`, assigned nowhere in the module."""
+        return isinstance(node, cst.Attribute) and (
+            node.attr.value == "optimizer") and not self.reaching(node)
+
     def may_be_policy(self, node: cst.BaseExpression) -> bool:
         return Kind.POLICY in self._possible_kinds(node)
 
@@ -331,82 +373,6 @@ class Facts:
             return None
         return node.args[bound["opt"]].value if "opt" in bound else None
 
-    # The loss scaling of an implicit compile-time wrapper.
-
-    def compile_scaling(self) -> CompileScaling:
-        """The loss scaling `model.compile` adds under this module's policy.
-
-        From every call in the module that sets the global policy: none
-        (no such call, or only policies without loss scaling), one set of
-        optimizer arguments, or `Scaling.UNKNOWN` (a policy the rewriter
-        cannot read, or two policies that scale differently).
-        """
-        if self._scaling is None:
-            self._scaling = self._compile_scaling()
-        return self._scaling
-
-    def _compile_scaling(self) -> CompileScaling:
-        found = set()
-        for call in self._syntax.calls:
-            name = self._name_of(call.func)
-            if name in table.POLICY_SETTERS and call.args:
-                found.add(self._set_scaling(call.args[0].value))
-        found.discard(Scaling.NONE)
-        if len(found) > 1:
-            return Scaling.UNKNOWN
-        return found.pop() if found else Scaling.NONE
-
-    def _set_scaling(self, policy: cst.BaseExpression) -> CompileScaling:
-        """The scaling compile adds under the policy `policy` being set."""
-        if isinstance(policy, cst.Name) and policy.value not in (
-                "None", "True", "False"):
-            values = self.reaching(policy)
-            if len(values) != 1:
-                return Scaling.UNKNOWN
-            policy = values[0]
-        if isinstance(policy, cst.Call):
-            return self._policy_scaling(policy)
-        try:
-            name = literal(policy)
-        except Unconvertible:
-            return Scaling.UNKNOWN
-        if name is None or not isinstance(name, str):
-            return Scaling.NONE
-        # TF 2.3's set_policy(name) sets Policy(name); TF 2.4-2.15's compile
-        # wraps under "mixed_float16": both scale dynamically then.
-        return () if name == "mixed_float16" else Scaling.NONE
-
-    def _policy_scaling(self, call: cst.Call) -> CompileScaling:
-        """The scaling of a `Policy(name, loss_scale)` call being set."""
-        qualified = self._name_of(call.func)
-        if qualified not in table.POLICY_CLASSES:
-            return Scaling.UNKNOWN
-        try:
-            bound = bind(call.args, ("name", "loss_scale"), "Policy")
-            name = literal(call.args[bound["name"]].value)
-        except (KeyError, Unconvertible):
-            return Scaling.UNKNOWN
-        if "loss_scale" not in bound:
-            return () if name == "mixed_float16" else Scaling.NONE
-        self.scaling_sources.add(id(call))
-        value = call.args[bound["loss_scale"]].value
-        try:
-            given = literal(value)
-        except Unconvertible:
-            given = value
-        if isinstance(given, str) and given == "auto":
-            return () if name == "mixed_float16" else Scaling.NONE
-        if given is None:
-            return (Scaling.UNSCALED_MIXED if name == "mixed_float16"
-                    else Scaling.NONE)
-        try:
-            args = loss_scale_args.optimizer_args(value, value,
-                                                  self._name_of)
-        except Unconvertible:
-            return Scaling.UNKNOWN
-        return tuple((a.keyword.value, code(a.value)) for a in args
-                     if a.keyword is not None)
-
     # How to spell TensorFlow's namespaces in this module.
 
     def reference(self, path: str) -> str:
@@ -419,12 +385,13 @@ class Facts:
         """
         aliases = self._syntax.aliases
         head, _, rest = path.partition(".")
-        wanted = {"tensorflow": path}
+        wanted = {"tensorflow": path, "tensorflow.compat.v2": path}
         if head == "keras":
             wanted["tensorflow.keras"] = rest
-        if head == "config":
+            wanted["tensorflow.compat.v1.keras"] = rest
+            wanted["tensorflow.compat.v2.keras"] = rest
+        if head in ("config", "keras"):
             wanted["tensorflow.compat.v1"] = path
-            wanted["tensorflow.compat.v2"] = path
         for local, module in sorted(aliases.items()):
             if module in wanted:
                 tail = wanted[module]

@@ -5,7 +5,10 @@
 tensorflow.train.experimental import DynamicLossScale` becomes `from
 tf_lossscale import DynamicLossScale`; an import of a module whose members
 all moved to tf_lossscale, or of a function whose calls are rewritten whole
-(`enable_mixed_precision_graph_rewrite`), is dropped.
+(`enable_mixed_precision_graph_rewrite`), is dropped. Imports from the
+private modules of TF 2.1-2.5 (`tensorflow.python.keras.mixed_precision...`)
+become imports of the public module their members are spelt in now
+(`legacy_names.ALIASES`).
 """
 
 from __future__ import annotations
@@ -56,15 +59,19 @@ def _import(statement: cst.Import) -> Statements:
     """`import tensorflow.keras.mixed_precision.experimental as mp`."""
     names = []
     for alias in statement.names:
-        module = get_full_name_for_node(alias.name)
+        raw = get_full_name_for_node(alias.name) or ""
+        module = table.canonical(raw)
+        moved = table.moved_module(raw)
         if module not in table.VANISHED_MODULES:
+            if moved is not None and alias.asname is not None:
+                alias = alias.with_changes(name=dotted(moved))
             names.append(alias)
             continue
         current = table.VANISHED_MODULES[module]
         if current is None and alias.asname is not None:
             continue  # Its members are spelt tf_lossscale.X now.
         names.append(alias.with_changes(
-            name=dotted(current or (module or "").split(".")[0])))
+            name=dotted(current or module.split(".")[0])))
     if len(names) == len(statement.names) and all(
             a is b for a, b in zip(names, statement.names)):
         return [statement]
@@ -85,7 +92,7 @@ def _import_from(ctx: Context, line: cst.SimpleStatementLine,
         return [statement]
     module = get_full_name_for_node(statement.module) or ""
     if isinstance(statement.names, cst.ImportStar):
-        if module in table.VANISHED_MODULES:
+        if table.canonical(module) in table.VANISHED_MODULES:
             ctx.note(line, f"from {short(module)} import *: name the members "
                      "instead, then migrate again")
         return [statement]
@@ -93,10 +100,18 @@ def _import_from(ctx: Context, line: cst.SimpleStatementLine,
     moved: _Moved = {}
     dropped = False
     for alias in statement.names:
-        name = f"{module}.{get_full_name_for_node(alias.name)}"
-        target = _new_home(name, _asname(alias))
+        member = get_full_name_for_node(alias.name) or ""
+        raw = f"{module}.{member}"
+        name = table.canonical(raw)
+        asname = _asname(alias)
+        if asname is None and split(name)[1] != member:
+            asname = member  # The name the module binds stays bound.
+        target = _new_home(name, asname)
+        public = table.moved_module(raw)
+        if target is None and public is not None:
+            target = (*split(public), asname or member)
         if target is None:  # Not legacy: stays.
-            if module in table.VANISHED_MODULES:
+            if table.canonical(module) in table.VANISHED_MODULES:
                 ctx.note(line, f"{short(name)} has no current equivalent in "
                          "the migration table; rewrite it by hand")
             kept.append(alias)
