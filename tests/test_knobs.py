@@ -377,13 +377,13 @@ def check_knob_refused_when_fixed(flavour: Flavour, knob: str) -> None:
     assert getattr(opt, knob) == DEFAULT_KNOBS[knob]
 
 
-README = (pathlib.Path(__file__).resolve().parent.parent / "docs"
-          / "scaling-policy.md")
+DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs"
 
 
-def readme_blocks(section: str) -> List[str]:
-    """The ```python blocks of README's `<!-- section:NAME -->` section."""
-    text = README.read_text()
+def readme_blocks(section: str, page: str = "scaling-policy.md"
+                  ) -> List[str]:
+    """The ```python blocks of a docs page's `<!-- section:NAME -->`."""
+    text = (DOCS / page).read_text()
     start = text.index(f"<!-- section:{section} -->")
     end = text.find("<!-- section:", start + 1)
     return re.findall(r"```python\n(.*?)```",
@@ -393,7 +393,7 @@ def readme_blocks(section: str) -> List[str]:
 def run_readme_block(block: str) -> Dict[str, Any]:
     """Runs one README example as written (its asserts included)."""
     namespace: Dict[str, Any] = {"__name__": "readme_example"}
-    exec(compile(block, str(README), "exec"), namespace)
+    exec(compile(block, "docs example", "exec"), namespace)
     return namespace
 
 

@@ -151,7 +151,9 @@ def _bind_positionals(args: Tuple[Any, ...], kwargs: Dict[str, Any]
             f"bool, but got: {first!r}. dynamic must be a bool (TensorFlow's "
             "signature), or else the second argument is Keras 3's "
             f"initial_scale, a number; got {first!r} of type "
-            f"{type(first).__name__}, which is neither.")
+            f"{type(first).__name__}, which is neither. To pass a legacy "
+            "loss_scale such as 'dynamic' or 128, use tf_lossscale."
+            "experimental.LossScaleOptimizer(optimizer, loss_scale).")
     names = _KERAS3_POSITIONALS if keras3 else _TF_POSITIONALS
     if len(args) > len(names):
         raise TypeError(
@@ -251,13 +253,16 @@ class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
 
         As Keras 3 multiplies: once built, by the float32 scale variable, so
         a float16 loss gives a float32 scaled loss (4.0 * 2**15 is 131072,
-        not float16's inf); before, by the scale as a Python number, which
-        keeps the loss's dtype. `get_scaled_loss` (TensorFlow's) keeps the
-        loss's dtype always.
+        not float16's inf); before, in the loss's dtype, as Keras 3's
+        Python number does. Unlike Keras 3, the value is the current scale
+        even then (ours exists from construction): a step traced before
+        `build` must not bake the initial scale into its graph.
+        `get_scaled_loss` (TensorFlow's) keeps the loss's dtype always.
         """
         self._marks.scaled_loss()
-        scale: Any = (self._current_scale() if self.built
-                      else self._settings.initial_scale)
+        scale = self._current_scale()
+        if not self.built:
+            scale = tf.cast(scale, tf.convert_to_tensor(loss).dtype)
         return keras.ops.multiply(loss, scale)
 
     @tf.autograph.experimental.do_not_convert

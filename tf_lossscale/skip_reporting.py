@@ -93,8 +93,16 @@ class SkipReporting:
         return replica // local
 
     def _skip_recorder(self, grads: List[Any], variables: List[Any]
-                       ) -> Callable[[List[Any], tf.Tensor], Any]:
-        """The recorder of this step's skip branch; notes the names."""
+                       ) -> Optional[Callable[[List[Any], tf.Tensor], Any]]:
+        """The recorder of this step's skip branch; notes the names.
+
+        None in a TF1 graph (tf_keras' `training_v1` after
+        `disable_eager_execution`): its session initializes only the
+        variables of the graph it builds, not the record's, which were
+        made where the optimizer was; `last_skip` stays None there.
+        """
+        if not tf.executing_eagerly() and not tf.inside_function():
+            return None
         self._reporting.names = [variable_name(v)
                                  for g, v in zip(grads, variables)
                                  if g is not None]

@@ -110,20 +110,35 @@ def _plan(tf_keras: bool) -> Dict[str, Dict[str, Any]]:
     return plan
 
 
+# `tensorflow.compat.v1.keras` and `tensorflow.compat.v2.keras` are Keras
+# too, and once `tensorflow.keras` has been imported as a module they may
+# be module objects of their own: each is patched with `tensorflow.keras`.
+_KERAS_ALIASES = ("tensorflow.compat.v2.keras", "tensorflow.compat.v1.keras")
+
+
 def _existing_modules(path: str) -> List[Any]:
     """The module objects `path` (tensorflow.x.y) names today, if any."""
-    found = []
+    paths = [path]
+    if path == "tensorflow.keras" or path.startswith("tensorflow.keras."):
+        paths += [alias + path[len("tensorflow.keras"):]
+                  for alias in _KERAS_ALIASES]
+    found: List[Any] = []
+    for name in paths:
+        for module in (_walk(name), sys.modules.get(name)):
+            if module is not None and all(module is not m for m in found):
+                found.append(module)
+    return found
+
+
+def _walk(path: str) -> Any:
+    """The object `path` (tensorflow.x.y) names by attributes, or None."""
     obj: Any = sys.modules["tensorflow"]
     try:
         for attr in path.split(".")[1:]:
             obj = getattr(obj, attr)
-        found.append(obj)
     except AttributeError:
-        pass
-    copy = sys.modules.get(path)
-    if copy is not None and all(copy is not m for m in found):
-        found.append(copy)
-    return found
+        return None
+    return obj
 
 
 class _PatchingLoader(importlib.abc.Loader):
