@@ -59,7 +59,14 @@ def test_demo_prints_intro_progress_bar_summary_and_writes_csv_and_png(
     # A short summary ends it, instead of the trajectory.
     bar_end = max(i for i, line in enumerate(lines) if "15/15" in line)
     tail = lines[bar_end + 1:]
-    assert len(tail) == 4, tail
+    assert len(tail) == 6, tail
+    # The monitor's line for the overflow planted in a known layer.
+    assert re.fullmatch(r"LossScaleMonitor named the non-finite gradients of "
+                        r"each of \d+ runs of skipped steps .*the planted "
+                        r"overflow:", tail[3]), tail[3]
+    assert re.fullmatch(r"  step \d+ skipped on replica 0: 1 of 6 gradients "
+                        r"non-finite \(Inf\): \S*hidden_2/kernel; scale "
+                        r"2\^\d+ -> 2\^\d+", tail[4]), tail[4]
     final_loss = float(re.fullmatch(
         r"Final loss: (\d+\.\d+) \(mean of the last epoch; the first "
         r"epoch's was \d+\.\d+\)\.", tail[0]).group(1))
@@ -69,7 +76,7 @@ def test_demo_prints_intro_progress_bar_summary_and_writes_csv_and_png(
         r"(?: and 2\^(\d+))? in the last epoch \(now 2\^(\d+)\)\.", tail[2])
     assert settled, tail[2]
     png, csv_path = out / demo.PNG_NAME, out / demo.CSV_NAME
-    assert tail[3] == (f"Wrote {png} (plot) and {csv_path} (loss, loss "
+    assert tail[5] == (f"Wrote {png} (plot) and {csv_path} (loss, loss "
                        "scale and skipped flag per step).")
 
     columns, rows = _read_csv(csv_path)

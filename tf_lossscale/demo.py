@@ -124,7 +124,8 @@ def _make_model(keras: Any) -> Any:
     ])
 
 
-def _train(steps: int, epochs: int) -> Tuple[List[Step], float]:
+def _train(steps: int, epochs: int
+           ) -> Tuple[List[Step], float, List[str]]:
     """Fits the model; returns every step's record and the final scale."""
     import keras
 
@@ -177,6 +178,9 @@ def _train(steps: int, epochs: int) -> Tuple[List[Step], float]:
             self.total, self.skips = total, skips
             self.scale = float(logs["loss_scale"])
 
+    # The monitor's lines, printed after the bar (one per run of skips:
+    # this demo overflows on purpose every few dozen steps).
+    monitor_lines: List[str] = []
     previous_policy = keras.mixed_precision.global_policy()
     keras.mixed_precision.set_global_policy("mixed_float16")
     try:
@@ -184,7 +188,9 @@ def _train(steps: int, epochs: int) -> Tuple[List[Step], float]:
         model.compile(optimizer=opt, loss="mse")
         assert model.optimizer is opt  # Not wrapped a second time.
         model.fit(x, y, batch_size=BATCH_SIZE, epochs=epochs, shuffle=False,
-                  callbacks=[Planter(), tf_lossscale.LossScaleMonitor(),
+                  callbacks=[Planter(),
+                             tf_lossscale.LossScaleMonitor(
+                                 print_fn=monitor_lines.append),
                              Recorder()],
                   verbose=1)
     finally:
@@ -193,7 +199,22 @@ def _train(steps: int, epochs: int) -> Tuple[List[Step], float]:
         raise RuntimeError(
             f"iterations is {int(opt.iterations)} after {len(history)} "
             "steps; it must count skipped steps too.")
-    return history, float(opt.loss_scale)
+    return history, float(opt.loss_scale), monitor_lines
+
+
+def _monitor_summary(lines: Sequence[str]) -> str:
+    """What LossScaleMonitor said: how often, and its line for the plant."""
+    # The planted step's line names that one gradient alone.
+    planted = [line for line in lines
+               if "1 of 6 gradients non-finite (Inf): " in line
+               and line.split("): ")[1].split(";")[0].endswith(
+                   f"{PLANTED_LAYER}/kernel")]
+    said = (f"LossScaleMonitor named the non-finite gradients of each of "
+            f"{len(lines)} runs of skipped steps (opt.last_skip has the "
+            "last); ")
+    if not planted:
+        return said + "the planted overflow did not happen in so few steps."
+    return said + "the planted overflow:\n  " + planted[0]
 
 
 def summary(history: Sequence[Step], final_scale: float) -> str:
@@ -339,8 +360,9 @@ def run(steps: Optional[int] = None, out_dir: str = "demo_out") -> int:
         print(f"--steps must be a positive number of steps; got {steps}.")
         return 2
     print(_intro(), flush=True)
-    history, final_scale = _train(steps, _epochs(steps))
+    history, final_scale, monitor_lines = _train(steps, _epochs(steps))
     print(summary(history, final_scale))
+    print(_monitor_summary(monitor_lines))
     os.makedirs(out_dir, exist_ok=True)
     csv_path = os.path.join(out_dir, CSV_NAME)
     _write_csv(history, csv_path)
