@@ -285,7 +285,10 @@ def test_readme_monitoring_examples_run_as_written(tmp_path, monkeypatch,
     assert "tf.summary.scalar" in loop_example
     run_readme_block(fit_example)
     printed = capsys.readouterr().out.splitlines()
-    assert [re.sub(r"sequential(_\d+)?/", "", line) for line in printed] == [
+    # Keras numbers default names (sequential_3, dense_7) in a busy process.
+    plain = [re.sub(r"sequential(_\d+)?/|(?<=dense)_\d+", "", line)
+             for line in printed]
+    assert plain == [
         "step 1 skipped on replica 0: 2 of 2 gradients non-finite (NaN): "
         "dense/kernel, dense/bias; scale 2^10 -> 2^9",
         "step 9 skipped on replica 0: 2 of 2 gradients non-finite (NaN): "

@@ -261,8 +261,9 @@ class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
         """
         self._marks.scaled_loss()
         scale = self._current_scale()
-        if not self.built:
-            scale = tf.cast(scale, tf.convert_to_tensor(loss).dtype)
+        dtype = tf.convert_to_tensor(loss).dtype
+        if not self.built and dtype.is_floating:
+            scale = tf.cast(scale, dtype)
         return keras.ops.multiply(loss, scale)
 
     @tf.autograph.experimental.do_not_convert
