@@ -175,6 +175,15 @@ def _skipped_alike(ours: Dict[str, Any], theirs: Dict[str, Any]) -> bool:
                   {k: theirs.get(k) for k in rest}) and mine == original + 1
 
 
+def _float32_scale_only(ours: Dict[str, Any], theirs: Dict[str, Any]) -> bool:
+    """Equal Keras 3 constructions but for the scale's dtype, float32 in
+    ours."""
+    (mine, value), (original, their_value) = ours["scale"], theirs["scale"]
+    rest = [k for k in ours if k != "scale"]
+    return mine == "float32" and original != mine and value == their_value \
+        and _equal({k: ours[k] for k in rest}, {k: theirs.get(k) for k in rest})
+
+
 def _bad_period(x: Any) -> bool:
     """A step count that is nonsense: < 1, fractional, or no int64."""
     number = _number(x)
@@ -210,10 +219,13 @@ DELIBERATE: List[Difference] = [
         "fails with another type (OverflowError for an inf period)."),
     Difference(
         "loss_scale", "DynamicLossScale",
-        lambda c, o, t: _raised(o, t, ValueError, TypeError) and _any_arg(
-            c, lambda x: _is_tensor_like(x) and _number(x) is None),
-        "A non-scalar array or tensor is refused with a ValueError (a number "
-        "is expected), where TensorFlow raises TypeError from inside."),
+        lambda c, o, t: _raised(o, t, ValueError) and (
+            not t.raised or issubclass(t.error, TypeError)) and _any_arg(
+            c, _not_a_number),
+        "A string or a non-scalar array or tensor is refused with a "
+        "ValueError (a number is expected), where TensorFlow raises "
+        "TypeError from inside; TensorFlow 2.16 reads a numeric string and "
+        "(with NumPy 1) a one-element array as the number."),
     Difference(
         "loss_scale", "FixedLossScale",
         lambda c, o, t: _raised(o, t, ValueError) and not t.raised and (
@@ -270,6 +282,12 @@ DELIBERATE: List[Difference] = [
         "fails later or trains with them."),
     Difference(
         "keras3", "construct",
+        lambda c, o, t: not o.raised and not t.raised and _float32_scale_only(
+            o.result, t.result),
+        "The scale variable is float32 whatever type initial_scale has "
+        "(Keras 3.12 makes a float64 one from a float64 NumPy array)."),
+    Difference(
+        "keras3", "construct",
         lambda c, o, t: not o.raised and any(
             c.get(k, 0) is None for k in ("initial_scale",
                                           "dynamic_growth_steps")),
@@ -312,11 +330,12 @@ DELIBERATE: List[Difference] = [
         "a (2, 2) variable), which hides a wrong gradient."),
     Difference(
         "keras3", "step",
-        lambda c, o, t: _raised(o, t, TypeError) and not t.raised and any(
-            "tf.constant([1, 2])" in g for g in c["grads"]),
+        lambda c, o, t: _raised(o, t, TypeError) and any(
+            "tf.constant([1, 2])" in g for g in c["grads"]) and (
+            not t.raised or "InvalidArgument" in t.error.__name__),
         "An integer gradient is refused with a TypeError (the unscale "
         "would truncate it, and no float loss has one); Keras 3 casts it "
-        "and applies it."),
+        "and applies it (or first fails on another gradient of the step)."),
     # ---- TF1 optimizer: ours vs tf.compat.v1.mixed_precision ----
     Difference(
         "v1", "construct",

@@ -164,6 +164,21 @@ def test_a_number_second_and_its_keyword_is_a_type_error_as_in_keras3():
         tf_lossscale.LossScaleOptimizer(keras.optimizers.SGD(), 1, 2, "n", 4)
 
 
+def test_a_number_second_keeps_a_dynamic_keyword_beside_it():
+    # Keras 3 reads `dynamic=` beside a number second (and refuses a falsy
+    # one); ours keeps it too: False is a fixed scale, never silently
+    # dynamic, and a non-bool is the TypeError of any non-bool dynamic.
+    fixed = tf_lossscale.LossScaleOptimizer(keras.optimizers.SGD(), 4,
+                                            dynamic=False)
+    assert (fixed.dynamic, fixed.initial_scale) == (False, 4.0)
+    with pytest.raises(TypeError, match="must be a bool, but got: None"):
+        tf_lossscale.LossScaleOptimizer(keras.optimizers.SGD(), 4,
+                                        dynamic=None)
+    with pytest.raises(ValueError, match="dynamic=False"):
+        keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(), 4,
+                                                 dynamic=False)
+
+
 @pytest.mark.parametrize("kwargs, name", [
     ({"initial_scale": 0}, "initial_scale"),
     ({"initial_scale": -4.0}, "initial_scale"),

@@ -167,7 +167,8 @@ def _bind_positionals(args: Tuple[Any, ...], kwargs: Dict[str, Any]
             f"LossScaleOptimizer got multiple values for {twice}: the "
             f"positional arguments read as {names[:len(args)]}.")
     if keras3:
-        bound["dynamic"] = True
+        # Keras 3 reads a `dynamic` keyword beside it; it is checked as ours.
+        bound["dynamic"] = kwargs.pop("dynamic", True)
     return {**kwargs, **bound}
 
 
