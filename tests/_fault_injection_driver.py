@@ -331,6 +331,7 @@ def run_tf1(dtype: str, steps: int, seed: int) -> Dict:
                                      for v in ref_vars],
             "scale": loss_scale(), "counter": loss_scale.good_steps}
         init = v1.global_variables_initializer()
+    graph.finalize()  # A step that added ops would slow every later run.
     config = v1.ConfigProto()
     # Exact float16 products: grappler must not reorder the multiplications.
     config.graph_options.rewrite_options.disable_meta_optimizer = True
@@ -340,7 +341,9 @@ def run_tf1(dtype: str, steps: int, seed: int) -> Dict:
         def step_fn(step, scaled, unscaled, applied):
             del scaled  # The graph scales the loss itself.
             ops = [train_op] + ([ref_op] if applied else [])
-            scale = float(sess.run(loss_scale()))
+            # The read op made once: calling loss_scale() here would add a
+            # node per step, and each run would extend the session's graph.
+            scale = float(sess.run(fetch["scale"]))
             feed = dict(zip(true_grads,
                             plan.inject(step, plan.grads[step], scale)))
             feed.update(zip(ref_grads, unscaled))

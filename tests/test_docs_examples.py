@@ -12,6 +12,7 @@ The pages are found by globbing, so a page added to docs/ is tested too;
 a program shown on several pages runs once.
 """
 
+import linecache
 import os
 import re
 import subprocess
@@ -122,6 +123,10 @@ def test_block_runs(block, own_processes, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # files a block writes land here
     namespace = {"__name__": "__main__"}
     environ = dict(os.environ)
+    # A failing assert then shows its line of the page, not `???`.
+    linecache.cache[block.id] = (len(block.code), None,
+                                 block.code.splitlines(True), block.id)
+    keras.utils.clear_session()  # nothing of an earlier test's state
     try:
         exec(compile(block.code, block.id, "exec"), namespace)
     finally:
