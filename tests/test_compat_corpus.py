@@ -8,15 +8,16 @@ migrated script's losses (and, where it prints them as a JSON line, its
 per-step losses and final weights) equal those of the original under the
 shim, or `migrate` exited 1 naming the line the migrated script fails on.
 
-Every script runs in its own process (they set global policies, TF1 graph
-mode, logical devices) and checks itself that its model learned (it exits
-non-zero otherwise). The runs start together, two at a time, in one module
-fixture; each test then checks one run. A script runs with tf_keras where
+Every script runs in a process of its own (they set global policies, TF1
+graph mode, logical devices) and checks itself that its model learned (it
+exits non-zero otherwise). The processes are forked from one that imported
+TensorFlow already, one such batch per Keras (tests/_script_batch.py): the
+import was most of the time of each run. The two batches run together in
+one module fixture; each test then checks one run. A script runs with tf_keras where
 that Keras takes another path through the shim (its policy API, its compile,
 its optimizer flavour), with Keras 3 always.
 """
 
-import concurrent.futures
 import contextlib
 import io
 import json
@@ -92,14 +93,35 @@ RESULT = re.compile(r'^(\{"losses": .*\})$', re.MULTILINE)
 NEEDS_CORE: dict = {}  # (script, Keras) -> the core defect it waits for
 
 
-def _run(args, cwd, keras_flavour):
+BATCH = os.path.join(REPO, "tests", "_script_batch.py")
+
+
+def _start_batch(jobs, keras_flavour, folder):
+    """Starts the runs `jobs` ((args, cwd) each) of one Keras in a batch."""
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3",
            "PYTHONWARNINGS": "ignore::DeprecationWarning"}
     env.pop("TF_USE_LEGACY_KERAS", None)
     if keras_flavour == TF_KERAS:
         env["TF_USE_LEGACY_KERAS"] = "1"
-    return subprocess.run([sys.executable, *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=600)
+    jobs_path = folder / f"{keras_flavour}-jobs.json"
+    results_path = folder / f"{keras_flavour}-results.json"
+    jobs_path.write_text(json.dumps([{"args": args, "cwd": cwd}
+                                     for args, cwd in jobs]))
+    process = subprocess.Popen(
+        [sys.executable, BATCH, str(jobs_path), str(results_path)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return process, results_path
+
+
+def _finish_batch(started):
+    """The runs of a batch, as subprocess.CompletedProcess objects."""
+    (process, results_path), jobs = started
+    output, _ = process.communicate(timeout=1800)
+    assert process.returncode == 0, output[-3000:]
+    return [subprocess.CompletedProcess(args, r["returncode"], r["stdout"],
+                                        r["stderr"])
+            for (args, _), r in zip(jobs, json.loads(
+                results_path.read_text()))]
 
 
 def _jobs(rewritten):
@@ -125,10 +147,16 @@ def runs(tmp_path_factory):
     with contextlib.redirect_stderr(report):
         code = migrate.run([str(rewritten)], write=True)
     jobs = _jobs(rewritten)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-        futures = {key: pool.submit(_run, args, cwd, key[2])
-                   for key, (args, cwd) in jobs.items()}
-    results = {key: future.result() for key, future in futures.items()}
+    folder = tmp_path_factory.mktemp("batches")
+    started = {}
+    for flavour in BOTH:
+        keys = [key for key in jobs if key[2] == flavour]
+        started[flavour] = keys, (_start_batch([jobs[k] for k in keys],
+                                               flavour, folder),
+                                  [jobs[k] for k in keys])
+    results = {}
+    for keys, batch in started.values():
+        results.update(zip(keys, _finish_batch(batch)))
     results["migrate"] = (code, report.getvalue(), rewritten)
     return results
 
