@@ -251,7 +251,7 @@ class LossScaleOptimizer(SkipReporting, OptimizerConfig):
         self._untracked = _Untracked(variables)
         self._make_skip_record()
         if self._settings.save_telemetry:
-            self._track_telemetry(self.inner_optimizer, variables.skipped)
+            self._track_telemetry(self.inner_optimizer)
 
     @property
     def _scale_variables(self) -> step_lib.ScaleVariables:
