@@ -160,7 +160,9 @@ class LossScaleOptimizer(SkipReporting, OptimizerConfig):
       save_telemetry: False (default: checkpoints hold the originals' keys
         only), or True: `skipped_steps` and the record of the run of
         skipped steps are saved and restored with `tf.train.Checkpoint`,
-        under the inner optimizer's `loss_scale_telemetry` child.
+        under the inner optimizer's `loss_scale_telemetry` child, and in
+        the model files that keep the optimizer's state (Keras 3's
+        `.keras`: `keras_telemetry_file`; tf_keras: see `variables`).
 
     Raises:
       TypeError: `inner_optimizer` is not an optimizer of a supported Keras,

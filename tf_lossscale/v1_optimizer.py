@@ -130,8 +130,10 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
             in a row fails, naming the variables with non-finite gradients
             and the scale (`tf.errors.InvalidArgumentError` from
             `Session.run`; eagerly, `tf_lossscale.SkipStreakError`, its
-            subclass). Its counter is a variable of the graph (initialize
-            it with the others) and is not checkpointed.
+            subclass, carrying `last_skip`). In a TF1 graph its counter is
+            a variable of the graph (initialize it with the others; a
+            `tf.compat.v1.train.Saver` saves it, a `tf.train.Checkpoint`
+            does not).
 
         Raises:
           TypeError: `opt` is not a TF1 optimizer (the error is also a
