@@ -83,6 +83,9 @@ def test_model_save_carries_skipped_steps_and_the_run_of_skips(tmp_path):
     assert int(restored.skipped_steps) == 2
     record = restored.last_skip
     assert (record.step, record.streak, record.first_step) == (2, 2, 1)
+    assert str(record) == ("step 2 skipped, the last of 2 in a row from "
+                           "step 1 (restored from a save, which keeps no "
+                           "gradients or scale)")
     assert _optimizer_state(loaded) == _optimizer_state(model)
     # Keras' own optimizer takes the file too; it reads no telemetry.
     _load_into(keras.mixed_precision.LossScaleOptimizer, loaded, path)

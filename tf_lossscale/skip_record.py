@@ -93,6 +93,10 @@ class SkipRecord:
 
     def describe(self) -> str:
         """`step 12 skipped: 2 of 40 gradients non-finite (Inf): a, b; scale 2^14`."""
+        if self.total == 0:  # Restored (`save_telemetry`): only the run.
+            return (f"step {self.step} skipped, the last of {self.streak} "
+                    f"in a row from step {self.first_step} (restored from a "
+                    "save, which keeps no gradients or scale)")
         more = ", ..." if self.count > len(self.names) else ""
         where = ""
         if self.worker is not None:
