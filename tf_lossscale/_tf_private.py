@@ -25,7 +25,7 @@ __all__ = ["DelegatingTrackableMixin", "Trackable", "in_xla_context",
            "mark_wrapped_by_loss_scale_optimizer",
            "no_automatic_dependency_tracking",
            "keras_gradients_already_summed", "in_xla_context",
-           "xla_opaque",
+           "keras_saveable", "xla_opaque",
            "run_cond_as_one_call", "strategy_supports_no_merge_call",
            "tf1_control_flow", "track_child", "tf_logging_warning"]
 
@@ -231,3 +231,14 @@ def tf1_control_flow() -> Iterator[None]:
         yield
     finally:
         _control_flow_util.ENABLE_CONTROL_FLOW_V2 = old
+
+
+def keras_saveable() -> type:
+    """Keras 3's base of the objects a `.keras` file saves (imported when
+    called: this module imports no Keras).
+
+    Keras saves the state of every object of this type that it reaches
+    through an attribute of a saved one. No public spelling.
+    """
+    from keras.src.saving.keras_saveable import KerasSaveable
+    return KerasSaveable

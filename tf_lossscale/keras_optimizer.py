@@ -36,6 +36,7 @@ from tf_lossscale import finite as finite_lib
 from tf_lossscale import optimizer as optimizer_lib
 from tf_lossscale import settings as settings_lib
 from tf_lossscale import step as step_lib
+from tf_lossscale.keras_telemetry_file import KerasTelemetryFile
 from tf_lossscale.optimizer import InnerAttribute
 
 __all__ = [
@@ -173,6 +174,7 @@ def _bind_positionals(args: Tuple[Any, ...], kwargs: Dict[str, Any]
 
 
 class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
+                              KerasTelemetryFile,
                               keras.mixed_precision.LossScaleOptimizer,
                               wraps=_is_keras3_optimizer):
     """`tf_lossscale.LossScaleOptimizer` for Keras 3 optimizers.

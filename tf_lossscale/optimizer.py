@@ -160,7 +160,9 @@ class LossScaleOptimizer(SkipReporting, OptimizerConfig):
       save_telemetry: False (default: checkpoints hold the originals' keys
         only), or True: `skipped_steps` and the record of the run of
         skipped steps are saved and restored with `tf.train.Checkpoint`,
-        under the inner optimizer's `loss_scale_telemetry` child.
+        under the inner optimizer's `loss_scale_telemetry` child, and in
+        the model files that keep the optimizer's state (Keras 3's
+        `.keras`: `keras_telemetry_file`; tf_keras: see `variables`).
 
     Raises:
       TypeError: `inner_optimizer` is not an optimizer of a supported Keras,
@@ -251,7 +253,7 @@ class LossScaleOptimizer(SkipReporting, OptimizerConfig):
         self._untracked = _Untracked(variables)
         self._make_skip_record()
         if self._settings.save_telemetry:
-            self._track_telemetry(self.inner_optimizer, variables.skipped)
+            self._track_telemetry(self.inner_optimizer)
 
     @property
     def _scale_variables(self) -> step_lib.ScaleVariables:

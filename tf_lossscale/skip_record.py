@@ -31,7 +31,7 @@ import tensorflow as tf
 
 __all__ = [
     "MAX_NAMED", "RecordVariables", "SkipRecord", "SkipStreakError",
-    "make_variables", "read", "recorder", "scale_text"]
+    "make_variables", "read", "record_replicas", "recorder", "scale_text"]
 
 # How many non-finite gradients a record names.
 MAX_NAMED = 8
@@ -93,6 +93,10 @@ class SkipRecord:
 
     def describe(self) -> str:
         """`step 12 skipped: 2 of 40 gradients non-finite (Inf): a, b; scale 2^14`."""
+        if self.total == 0:  # Restored (`save_telemetry`): only the run.
+            return (f"step {self.step} skipped, the last of {self.streak} "
+                    f"in a row from step {self.first_step} (restored from a "
+                    "save, which keeps no gradients or scale)")
         more = ", ..." if self.count > len(self.names) else ""
         where = ""
         if self.worker is not None:
@@ -203,10 +207,42 @@ def _agreed_summary(summary: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor,
         return summary, tf.constant(0), seen
     rid = tf.cast(ctx.replica_id_in_sync_group, tf.int32)
     rows = tf.scatter_nd([[rid]], [summary], [replicas, 2 * MAX_NAMED + 1])
-    rows = ctx.all_reduce(tf.distribute.ReduceOp.SUM, rows)
+    return _first_bad_row(ctx.all_reduce(tf.distribute.ReduceOp.SUM, rows))
+
+
+def _first_bad_row(rows: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """Of one summary per replica: the first non-finite one, its replica id
+    and how many replicas saw a non-finite gradient."""
     saw = rows[:, 0] > 0
     first = tf.cast(tf.argmax(tf.cast(saw, tf.int32)), tf.int32)
     return rows[first], first, tf.reduce_sum(tf.cast(saw, tf.int32))
+
+
+def _writes(variables: RecordVariables, agreed: Tuple[tf.Tensor, tf.Tensor,
+                                                    tf.Tensor],
+            total: int, step: tf.Tensor, scale: tf.Tensor) -> List[Any]:
+    """The assignments that record one skipped step (see the module)."""
+    summary, replica, seen = agreed
+    step = tf.cast(step, tf.int64)
+    last = tf.convert_to_tensor(variables.step)
+    going_on = tf.logical_and(last >= 0, tf.equal(last + 1, step))
+    streak = tf.where(going_on, tf.convert_to_tensor(variables.streak)
+                      + 1, tf.constant(1, tf.int64))
+    first_step = tf.where(
+        going_on, tf.convert_to_tensor(variables.first_step), step)
+    as_int = tf.cast(summary, tf.int32)
+    return [
+        variables.step.assign(step),
+        variables.scale.assign(tf.cast(scale, tf.float32)),
+        variables.count.assign(as_int[0]),
+        variables.total.assign(total),
+        variables.indices.assign(as_int[1:MAX_NAMED + 1]),
+        variables.kinds.assign(as_int[MAX_NAMED + 1:]),
+        variables.replica.assign(replica),
+        variables.replicas.assign(seen),
+        variables.streak.assign(streak),
+        variables.first_step.assign(first_step),
+    ]
 
 
 def recorder(variables: RecordVariables,
@@ -217,34 +253,28 @@ def recorder(variables: RecordVariables,
     context) and, with `check`, runs it on the written record."""
 
     def record(grads: List[Any], scale: tf.Tensor) -> Any:
-        summary, replica, seen = _agreed_summary(_local_summary(grads))
-        step = tf.cast(tf.convert_to_tensor(iterations()), tf.int64)
-        last = tf.convert_to_tensor(variables.step)
-        going_on = tf.logical_and(last >= 0, tf.equal(last + 1, step))
-        streak = tf.where(going_on, tf.convert_to_tensor(variables.streak)
-                          + 1, tf.constant(1, tf.int64))
-        first_step = tf.where(
-            going_on, tf.convert_to_tensor(variables.first_step), step)
-        as_int = tf.cast(summary, tf.int32)
-        writes = [
-            variables.step.assign(step),
-            variables.scale.assign(tf.cast(scale, tf.float32)),
-            variables.count.assign(as_int[0]),
-            variables.total.assign(
-                len([g for g in grads if g is not None])),
-            variables.indices.assign(as_int[1:MAX_NAMED + 1]),
-            variables.kinds.assign(as_int[MAX_NAMED + 1:]),
-            variables.replica.assign(replica),
-            variables.replicas.assign(seen),
-            variables.streak.assign(streak),
-            variables.first_step.assign(first_step),
-        ]
+        agreed = _agreed_summary(_local_summary(grads))
+        writes = _writes(variables, agreed,
+                         len([g for g in grads if g is not None]),
+                         tf.convert_to_tensor(iterations()), scale)
         if check is None:
             return tf.group(*writes)
         with tf.control_dependencies(writes):
             return tf.group(check(variables))
 
     return record
+
+
+def record_replicas(variables: RecordVariables,
+                    per_replica: Sequence[Sequence[Any]], step: tf.Tensor,
+                    scale: tf.Tensor) -> Any:
+    """Records a skipped step from every replica's gradients at once (in a
+    cross-replica context, as the TF1 optimizer's update runs): `per_replica`
+    holds one list of gradients per replica, in replica-id order."""
+    rows = tf.stack([_local_summary(grads) for grads in per_replica])
+    total = len([g for g in per_replica[0] if g is not None])
+    return tf.group(*_writes(variables, _first_bad_row(rows), total, step,
+                             scale))
 
 
 def read(variables: RecordVariables, names: Sequence[str],

@@ -17,7 +17,7 @@ traced step (the record holds their indices), and, with
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import tensorflow as tf
 
@@ -35,6 +35,8 @@ class _Reporting:
         self.variables = variables
         self.strategy = strategy
         self.names: List[str] = []
+        # A flavour's view of the telemetry for its whole-model files.
+        self.file_entry: Any = None
 
 
 class SkipReporting:
@@ -42,6 +44,7 @@ class SkipReporting:
 
     _settings: Any
     _reporting: _Reporting
+    _scale_variables: Any
     iterations: Any
 
     def _make_skip_record(self) -> None:
@@ -49,15 +52,22 @@ class SkipReporting:
         self._reporting = _Reporting(skip_record.make_variables(),
                                      tf.distribute.get_strategy())
 
-    def _track_telemetry(self, parent: Any, skipped: Any) -> None:
+    def _telemetry_variables(self) -> Dict[str, Any]:
+        """What `save_telemetry=True` saves, by the key it is saved under:
+        `skipped_steps` and the run of skipped steps (its last step, its
+        length and its first step)."""
+        record = self._reporting.variables
+        return {"skipped_steps": self._scale_variables.skipped,
+                "last_skip_step": record.step,
+                "skip_streak": record.streak,
+                "skip_streak_first_step": record.first_step}
+
+    def _track_telemetry(self, parent: Any) -> None:
         """Makes the counters checkpoint dependencies of `parent` (the inner
         optimizer: the checkpoint root of every flavour's own state)."""
         holder = tf.Module(name="loss_scale_telemetry")
-        record = self._reporting.variables
-        holder.skipped_steps = skipped
-        holder.last_skip_step = record.step
-        holder.skip_streak = record.streak
-        holder.skip_streak_first_step = record.first_step
+        for key, variable in self._telemetry_variables().items():
+            setattr(holder, key, variable)
         _tf_private.track_child(parent, holder, "loss_scale_telemetry")
 
     @property

@@ -300,15 +300,19 @@ class TfKerasLossScaleOptimizer(ScalingWarnings,
         In that order, so that h5 and .keras files keep the loss scale, and
         the inner optimizer's variables keep their positions: files written
         with tf_keras' own wrapper (which saves only the inner optimizer's)
-        load too.
+        load too. With `save_telemetry=True`, then the telemetry (see
+        `SkipReporting._telemetry_variables`), which those files keep then.
         """
         return _CallableList(
             list(self.inner_optimizer.variables) + self._saved_scale_variables())
 
-    def _saved_scale_variables(self) -> List[tf.Variable]:
+    def _saved_scale_variables(self, telemetry: Optional[bool] = None
+                               ) -> List[tf.Variable]:
         variables = self._scale_variables
+        telemetry = self.save_telemetry if telemetry is None else telemetry
         return [v for v in (variables.scale, variables.good_steps)
-                if v is not None]
+                if v is not None] + (
+            list(self._telemetry_variables().values()) if telemetry else [])
 
     def build(self, var_list: Iterable[tf.Variable]) -> None:
         """Builds the inner optimizer's slots for `var_list`."""
@@ -318,22 +322,32 @@ class TfKerasLossScaleOptimizer(ScalingWarnings,
         """Sets `variables` from values (as h5 loading does).
 
         Also takes the inner optimizer's values alone (a file written with
-        tf_keras' own wrapper or the bare optimizer); the scale stays then.
+        tf_keras' own wrapper or the bare optimizer; the scale stays then)
+        and, with `save_telemetry=True`, those and the scale's without the
+        telemetry (a file written without the option; the counters stay).
 
         Raises:
-          ValueError: the count fits neither.
+          ValueError: the count fits none of these.
         """
         inner_count = len(self.inner_optimizer.variables)
         weights = list(weights)
-        if len(weights) not in (inner_count, len(self.variables)):
+        counts = self._weight_counts()
+        if len(weights) not in counts:
             raise ValueError(
                 f"set_weights() got {len(weights)} values; this optimizer "
-                f"takes {len(self.variables)} (its variables) or "
-                f"{inner_count} (its inner optimizer's alone).")
+                f"takes {counts[1]} (its variables), {inner_count} (its "
+                f"inner optimizer's alone) or {counts[2]} (its variables "
+                "without the telemetry of save_telemetry=True).")
         self.inner_optimizer.set_weights(weights[:inner_count])
         for variable, value in zip(self._saved_scale_variables(),
                                    weights[inner_count:]):
             variable.assign(value)
+
+    def _weight_counts(self) -> List[int]:
+        """The numbers of values `set_weights` takes (see there)."""
+        inner_count = len(self.inner_optimizer.variables)
+        return [inner_count, len(self.variables),
+                inner_count + len(self._saved_scale_variables(False))]
 
     def load_own_variables(self, store: Any) -> None:
         """Loads `variables` from a .keras file's store (see `set_weights`).
@@ -342,8 +356,7 @@ class TfKerasLossScaleOptimizer(ScalingWarnings,
         optimizers do, and the model loads with fresh optimizer state.
         """
         values = [store[key] for key in sorted(store.keys(), key=int)]
-        if len(values) not in (len(self.inner_optimizer.variables),
-                               len(self.variables)):
+        if len(values) not in self._weight_counts():
             tf.get_logger().warning(
                 "Skipping the optimizer state of %r: the file holds %d "
                 "values, this optimizer has %d variables.", self.name,

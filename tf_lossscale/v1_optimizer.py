@@ -31,6 +31,7 @@ from tf_lossscale import (
 )
 from tf_lossscale import finite as finite_lib
 from tf_lossscale import loss_scale as loss_scale_lib
+from tf_lossscale.v1_skip_record import V1SkipRecord
 
 __all__ = ["MixedPrecisionLossScaleOptimizer"]
 
@@ -129,8 +130,10 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
             in a row fails, naming the variables with non-finite gradients
             and the scale (`tf.errors.InvalidArgumentError` from
             `Session.run`; eagerly, `tf_lossscale.SkipStreakError`, its
-            subclass). Its counter is a variable of the graph (initialize
-            it with the others) and is not checkpointed.
+            subclass, carrying `last_skip`). In a TF1 graph its counter is
+            a variable of the graph (initialize it with the others; a
+            `tf.compat.v1.train.Saver` saves it, a `tf.train.Checkpoint`
+            does not).
 
         Raises:
           TypeError: `opt` is not a TF1 optimizer (the error is also a
@@ -144,6 +147,13 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
                 "max_consecutive_skips", max_consecutive_skips, minimum=1)
         self._max_consecutive_skips = max_consecutive_skips
         self._streaks: dict = {}  # Graph -> its run-of-skips counter.
+        self._record: Optional[V1SkipRecord] = None
+        if V1SkipRecord.available():
+            # Made now, not by a first step: a `tf.function` that creates
+            # variables traces twice (TensorFlow's optimizer: once).
+            self._record = V1SkipRecord()
+            if max_consecutive_skips is not None:
+                _streak_variable(self)
         # The wrapper applies nothing itself, so locking is the inner's.
         super().__init__(use_locking=False, name=opt.get_name())
         self._optimizer = opt
@@ -161,6 +171,22 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
     def loss_scale(self) -> Any:
         """The `LossScale` this optimizer uses (ours, or TensorFlow's)."""
         return self._loss_scale
+
+    @property
+    def last_skip(self) -> Optional[skip_record.SkipRecord]:
+        """The last skipped step (`tf_lossscale.SkipRecord`), or None.
+
+        Which gradients were NaN or Inf, the scale the step used, the run
+        of skipped steps it ends; `str()` of it is one line. Its `step`
+        counts this optimizer's `apply_gradients` steps, skipped ones
+        included (`global_step` counts applied ones). Kept where the
+        optimizer runs eagerly or in a `tf.function`; in a TF1 graph
+        (`Session.run`) it is always None (see `v1_skip_record`). Not
+        saved in checkpoints. TensorFlow's class has no such attribute.
+        """
+        if self._record is None or not tf.executing_eagerly():
+            return None
+        return self._record.read()
 
     def compute_gradients(
         self,
@@ -192,6 +218,10 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
         grads = finite_lib.unscale_all([g for g, _ in grads_and_vars], scale)
         return [(g, v) for g, (_, v) in zip(grads, grads_and_vars)]
 
+    # Not converted by AutoGraph: no data-dependent Python control flow
+    # (the branches are `tf.cond`s); converting it and what it calls cost
+    # seconds on the first trace of a `tf.function` step.
+    @tf.autograph.experimental.do_not_convert
     def apply_gradients(
         self,
         grads_and_vars: GradsAndVars,
@@ -275,6 +305,8 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
         """
         name = name or self.get_name()
         grads = [g for g, _ in grads_and_vars]
+        record = self._skip_record()
+        scale = None if record is None else self._loss_scale()  # Before update.
         update_op, should_apply = self._loss_scale.update(grads)
         if should_apply is True:
             # A fixed scale says "apply" whatever the gradients; a step with
@@ -292,6 +324,9 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
             apply_fn, skip_fn = _stop_branches(
                 self, apply_fn, grads, [v for _, v in grads_and_vars],
                 strategy)
+        if record is not None:
+            skip_fn = record.recording(skip_fn, grads_and_vars, strategy,
+                                       scale)
         if any(_is_reference_variable(v) for _, v in grads_and_vars):
             # A reference variable (use_resource=False) cannot be captured
             # by a TF2 `cond` (float32_ref); TF1's Switch/Merge takes it.
@@ -300,13 +335,27 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
                                                 skip_fn)
         else:
             maybe_apply = distribute.branch(should_apply, apply_fn, skip_fn)
-        ops = [op for op in (maybe_apply, update_op) if op is not None]
+        counted = None if record is None else record.count_step()
+        ops = [op for op in (maybe_apply, update_op, counted)
+               if op is not None]
         return tf.group(*ops, name=name)
+
+    def _skip_record(self) -> Optional[V1SkipRecord]:
+        """The record a step built here writes; None in a TF1 graph."""
+        if not V1SkipRecord.available():
+            return None
+        if self._record is None:
+            self._record = V1SkipRecord()
+        return self._record
 
 
 def _streak_variable(optimizer: MixedPrecisionLossScaleOptimizer) -> Any:
-    """The run-of-skips counter of the current graph (made once per graph)."""
-    graph = tf.compat.v1.get_default_graph()
+    """The run-of-skips counter of the current TF1 graph (made once per
+    graph), or, eagerly and in every `tf.function`, the one eager counter
+    (a `tf.function` traces in graphs of its own: one counter each would
+    make it create variables on a second trace, which it refuses)."""
+    graph = None if V1SkipRecord.available() else (
+        tf.compat.v1.get_default_graph())
     if graph not in optimizer._streaks:
         with tf.init_scope():
             optimizer._streaks[graph] = tf.Variable(
@@ -323,7 +372,8 @@ def _stop_branches(self: MixedPrecisionLossScaleOptimizer,
     fails at `max_consecutive_skips` (see `__init__`)."""
     streak = _streak_variable(self)
     limit = int(self._max_consecutive_skips or 0)
-    names = [v.op.name for g, v in zip(grads, variables) if g is not None]
+    names = [gradient_check.variable_name(v)
+             for g, v in zip(grads, variables) if g is not None]
     present = [g for g in grads if g is not None]
 
     def apply_and_reset() -> Any:
@@ -345,7 +395,7 @@ def _stop_branches(self: MixedPrecisionLossScaleOptimizer,
                     f"{int(count)} steps in a row were skipped "
                     f"(max_consecutive_skips={limit}); the last had "
                     f"non-finite gradients: {', '.join(named)}; scale "
-                    f"{float(self._loss_scale()):g}.")
+                    f"{float(self._loss_scale()):g}.", self.last_skip)
             return count
         named = tf.strings.reduce_join(
             tf.boolean_mask(tf.constant(names), tf.stack(bad)),

@@ -159,3 +159,46 @@ def test_a_deserialized_experimental_optimizer_is_the_current_class(family):
     with pytest.warns(DeprecationWarning):
         again = type(old).from_config(old.get_config())
     assert type(again) is type(old)
+
+
+# save_telemetry=True in whole-model files (Keras 3: test_telemetry_saving.py).
+
+FAMILIES = [pytest.param(tf_keras.optimizers.SGD, id="current"),
+            pytest.param(tf_keras.optimizers.legacy.SGD, id="legacy")]
+
+
+def _telemetry_of(opt):
+    record = opt.last_skip
+    return (int(opt.skipped_steps), None if record is None else (
+        record.step, record.streak, record.first_step))
+
+
+@pytest.mark.filterwarnings("ignore:You are saving your model as an HDF5")
+@pytest.mark.parametrize("sgd", FAMILIES)
+def test_model_files_that_keep_optimizer_state_keep_the_telemetry(
+        tmp_path, sgd):
+    """h5 and .keras keep it where they keep the scale (the current family:
+    its `variables`); a SavedModel's variables keep it in both families
+    (it is a checkpoint dependency). The legacy family's h5 holds its
+    `weights` (the inner optimizer's, as tf_keras' own wrapper's) and its
+    .keras no optimizer state at all: no scale there, no telemetry."""
+    model = tf_keras.Sequential([tf_keras.layers.Dense(1, input_shape=(3,))])
+    opt = OURS(sgd(0.01), save_telemetry=True)
+    model.compile(optimizer=opt, loss="mse")
+    x = np.ones((8, 3), "float32")
+    y = np.array([1, 1, 1, 1, np.nan, np.nan, np.nan, np.nan], "float32")
+    model.fit(x, y, batch_size=2, shuffle=False, verbose=0)  # 2 and 3 skip.
+    saved = _telemetry_of(opt)
+    assert saved == (2, (3, 2, 2))
+    legacy = sgd is tf_keras.optimizers.legacy.SGD
+    kept = {}
+    for name in ("m.h5", "m.keras", "sm"):
+        path = str(tmp_path / name)
+        model.save(path, save_format="tf" if name == "sm" else None)
+        loaded = tf_keras.models.load_model(path)
+        if name == "sm":
+            loaded.load_weights(path + "/variables/variables")
+        assert loaded.optimizer.save_telemetry
+        kept[name] = _telemetry_of(loaded.optimizer)
+    assert kept == {"m.h5": (0, None) if legacy else saved,
+                    "m.keras": (0, None) if legacy else saved, "sm": saved}
