@@ -9,6 +9,7 @@ few micro-batches, clips the accumulated gradients and applies them. The
 first apply is checked against the plain gradient of the accumulated
 micro-batches.
 """
+import json
 import random
 import sys
 
@@ -73,11 +74,12 @@ def full_loss():
 
 
 initial_loss = full_loss()
+losses = []
 for epoch in range(6):
     for step, (x, y) in enumerate(dataset):
         if epoch == 0 and step == 0:
             kernel = model.trainable_variables[0].numpy()
-        accumulate(x, y)
+        losses.append(float(accumulate(x, y)))
         if (step + 1) % ACCUM_STEPS == 0:
             if epoch == 0 and step + 1 == ACCUM_STEPS:
                 first = x_train[:32 * ACCUM_STEPS]
@@ -95,6 +97,9 @@ for epoch in range(6):
 print('optimizer: %s.%s' % (type(optimizer).__module__,
                             type(optimizer).__name__))
 print('iterations %d' % int(optimizer.iterations))
+print(json.dumps({'losses': losses, 'weights': [
+    float(w) for v in model.trainable_variables
+    for w in v.numpy().ravel()[:8]]}))
 final_loss = full_loss()
 print('initial loss %.5f' % initial_loss)
 print('final loss %.5f' % final_loss)

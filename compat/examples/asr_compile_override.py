@@ -6,6 +6,7 @@
 scale; its `train_step` scales the loss and unscales the gradients when it
 does. Trained with `fit` under the 'mixed_float16' policy.
 """
+import json
 import random
 import sys
 
@@ -71,10 +72,18 @@ model.compile(loss=tf.keras.losses.SparseCategoricalCrossentropy(
 model(x_train[:1])
 xent = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 initial_loss = float(xent(y_train, model(x_train)))
-model.fit(x_train, y_train, batch_size=32, epochs=5, verbose=0, shuffle=False)
+losses = []
+log_losses = tf.keras.callbacks.LambdaCallback(
+    on_train_batch_end=lambda batch, logs: losses.append(
+        float(logs['loss'])))
+model.fit(x_train, y_train, batch_size=32, epochs=5, verbose=0, shuffle=False,
+          callbacks=[log_losses])
 optimizer = model.optimizer
 print('optimizer: %s.%s' % (type(optimizer).__module__,
                             type(optimizer).__name__))
+print(json.dumps({'losses': losses, 'weights': [
+    float(w) for v in model.trainable_variables
+    for w in v.numpy().ravel()[:8]]}))
 final_loss = float(xent(y_train, model(x_train)))
 print('initial loss %.5f' % initial_loss)
 print('final loss %.5f' % final_loss)

@@ -7,6 +7,7 @@ restored into a freshly built model and optimizer (a new process would do
 the same), which goes on training. The restored loss scale, its good-step
 counter and the optimizer's step count must be the saved ones.
 """
+import json
 import random
 import sys
 import tempfile
@@ -48,6 +49,7 @@ def make_step(model, optimizer):
         grads = tape.gradient(scaled_loss, model.trainable_variables)
         grads = optimizer.get_unscaled_gradients(grads)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
     return train_step
 
 
@@ -61,9 +63,10 @@ initial_loss = full_loss(model)
 checkpoint_dir = tempfile.mkdtemp()
 checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
 manager = tf.train.CheckpointManager(checkpoint, checkpoint_dir, max_to_keep=2)
+losses = []
 for epoch in range(2):
     for x, y in dataset:
-        train_step(x, y)
+        losses.append(float(train_step(x, y)))
     manager.save(checkpoint_number=epoch)
 saved = (float(optimizer.loss_scale), int(optimizer.dynamic_counter),
          int(optimizer.iterations), full_loss(model))
@@ -84,10 +87,13 @@ if abs(full_loss(model) - saved[3]) > 1e-6:
     sys.exit('the model weights were not restored')
 for epoch in range(4):
     for x, y in dataset:
-        train_step(x, y)
+        losses.append(float(train_step(x, y)))
 status.assert_existing_objects_matched()
 print('optimizer: %s.%s' % (type(optimizer).__module__,
                             type(optimizer).__name__))
+print(json.dumps({'losses': losses, 'weights': [
+    float(w) for v in model.trainable_variables
+    for w in v.numpy().ravel()[:8]]}))
 final_loss = full_loss(model)
 print('initial loss %.5f' % initial_loss)
 print('final loss %.5f' % final_loss)

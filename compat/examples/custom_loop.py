@@ -3,6 +3,7 @@
 The loss is scaled before differentiation and the gradients unscaled
 after, with the optimizer's get_scaled_loss / get_unscaled_gradients.
 """
+import json
 import random
 
 import numpy as np
@@ -45,11 +46,16 @@ y_train = x_train @ rng.randn(8, 1).astype('float32')
 dataset = tf.data.Dataset.from_tensor_slices((x_train, y_train)).batch(64)
 
 initial_loss = float(loss_object(y_train, model(x_train)))
+losses = []
 for epoch in range(8):
   for x, y in dataset:
     loss = train_step(x, y)
+    losses.append(float(loss))
 print('optimizer: %s.%s' % (type(optimizer).__module__,
                             type(optimizer).__name__))
+print(json.dumps({'losses': losses, 'weights': [
+    float(w) for v in model.trainable_variables
+    for w in v.numpy().ravel()[:8]]}))
 print('initial loss %.5f' % initial_loss)
 final_loss = float(loss_object(y_train, model(x_train)))
 print('final loss %.5f' % final_loss)

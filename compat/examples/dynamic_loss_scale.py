@@ -3,6 +3,8 @@
 The loss is computed in float16; the first steps overflow at the initial
 scale of 2**15, are skipped, and the scale halves until it fits.
 """
+import json
+
 import numpy as np
 import tensorflow as tf
 
@@ -23,7 +25,9 @@ def loss_fn():
 
 initial_loss = float(loss_fn())
 skipped = 0
+losses = []
 for step in range(40):
+  losses.append(float(loss_fn()))
   with tf.GradientTape() as tape:
     scaled_loss = loss_fn() * tf.cast(loss_scale(), tf.float16)
   scaled_grads = tape.gradient(scaled_loss, [w])
@@ -36,6 +40,8 @@ for step in range(40):
 print('loss scale: %s.%s' % (type(loss_scale).__module__,
                              type(loss_scale).__name__))
 print('skipped steps %d' % skipped)
+print(json.dumps({'losses': losses,
+                  'weights': [float(v) for v in w.numpy().ravel()]}))
 print('final loss scale %g' % float(loss_scale()))
 print('initial loss %.5f' % initial_loss)
 final_loss = float(loss_fn())

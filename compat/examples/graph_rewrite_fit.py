@@ -5,6 +5,7 @@ optimizer in a loss-scale optimizer and turns on TensorFlow's own
 `auto_mixed_precision` graph rewrite (which casts to float16 on GPUs; on a
 CPU it leaves the graph in float32).
 """
+import json
 import random
 import sys
 
@@ -29,11 +30,18 @@ rng = np.random.RandomState(5)
 x_train = rng.randn(512, 8).astype('float32')
 y_train = np.tanh(x_train[:, :3]).sum(axis=1, keepdims=True)
 initial_loss = model.evaluate(x_train, y_train, batch_size=512, verbose=0)
+losses = []
+log_losses = tf.keras.callbacks.LambdaCallback(
+  on_train_batch_end=lambda batch, logs: losses.append(
+      float(logs['loss'])))
 history = model.fit(x_train, y_train, batch_size=32, epochs=4, verbose=0,
-                    shuffle=False)
+                    shuffle=False, callbacks=[log_losses])
 tf.train.experimental.disable_mixed_precision_graph_rewrite()
 print('optimizer: %s.%s' % (type(model.optimizer).__module__,
                             type(model.optimizer).__name__))
+print(json.dumps({'losses': losses, 'weights': [
+    float(w) for v in model.trainable_variables
+    for w in v.numpy().ravel()[:8]]}))
 final_loss = history.history['loss'][-1]
 print('initial loss %.5f' % initial_loss)
 print('final loss %.5f' % final_loss)

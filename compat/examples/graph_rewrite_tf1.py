@@ -4,6 +4,7 @@ The optimizer is wrapped by `enable_mixed_precision_graph_rewrite` behind a
 flag; gradients are computed, clipped and applied with a global step, in a
 Session with its own ConfigProto.
 """
+import json
 import sys
 
 import numpy as np
@@ -51,11 +52,16 @@ with tf.Session(config=config) as sess:
   sess.run(tf.global_variables_initializer())
   feed = {x: x_data, y: y_data}
   initial_loss = sess.run(loss, feed)
+  losses = []
   for _ in range(150):
+    losses.append(float(sess.run(loss, feed)))
     sess.run(train_op, feed)
+  weights = sess.run(tf.trainable_variables())
   final_loss = sess.run(loss, feed)
   print('optimizer: %s.%s' % (type(opt).__module__, type(opt).__name__))
   print('global step %d' % sess.run(global_step))
+  print(json.dumps({'losses': losses, 'weights': [
+      float(w) for v in weights for w in v.ravel()[:8]]}))
   print('initial loss %.5f' % initial_loss)
   print('final loss %.5f' % final_loss)
 if not final_loss < initial_loss / 10:

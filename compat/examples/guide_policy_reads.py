@@ -5,6 +5,7 @@ the optimizer with; the guide printed it, and the optimizer's. Both are
 `LossScale` objects, which the current API no longer has: `migrate` names
 these lines (and exits 1) instead of converting them.
 """
+import json
 import random
 import sys
 
@@ -38,11 +39,18 @@ rng = np.random.RandomState(8)
 x_train = rng.randn(512, 12).astype('float32')
 y_train = x_train[:, :2].sum(axis=1, keepdims=True)
 initial_loss = model.evaluate(x_train, y_train, batch_size=512, verbose=0)
+losses = []
+log_losses = keras.callbacks.LambdaCallback(
+  on_train_batch_end=lambda batch, logs: losses.append(
+      float(logs['loss'])))
 history = model.fit(x_train, y_train, batch_size=32, epochs=4, verbose=0,
-                    shuffle=False)
+                    shuffle=False, callbacks=[log_losses])
 print('Optimizer loss scale: %s' % model.optimizer.loss_scale)
 print('optimizer: %s.%s' % (type(model.optimizer).__module__,
                             type(model.optimizer).__name__))
+print(json.dumps({'losses': losses, 'weights': [
+    float(w) for v in model.trainable_variables
+    for w in v.numpy().ravel()[:8]]}))
 final_loss = history.history['loss'][-1]
 print('initial loss %.5f' % initial_loss)
 print('final loss %.5f' % final_loss)

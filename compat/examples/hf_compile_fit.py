@@ -6,6 +6,7 @@ experimental `LossScaleOptimizer` with a positional 'dynamic' loss scale;
 the model is compiled with a metric and trained with `fit` and validation
 data. No dtype policy is set.
 """
+import json
 import random
 import sys
 
@@ -43,9 +44,17 @@ metric = tf.keras.metrics.SparseCategoricalAccuracy('accuracy')
 model.compile(optimizer=opt, loss=loss, metrics=[metric])
 
 initial_loss = model.evaluate(valid, verbose=0)[0]
-history = model.fit(train, epochs=5, validation_data=valid, verbose=0)
+losses = []
+log_losses = tf.keras.callbacks.LambdaCallback(
+    on_train_batch_end=lambda batch, logs: losses.append(
+        float(logs['loss'])))
+history = model.fit(train, epochs=5, validation_data=valid, verbose=0,
+                    callbacks=[log_losses])
 print('optimizer: %s.%s' % (type(model.optimizer).__module__,
                             type(model.optimizer).__name__))
+print(json.dumps({'losses': losses, 'weights': [
+    float(w) for v in model.trainable_variables
+    for w in v.numpy().ravel()[:8]]}))
 final_loss = history.history['val_loss'][-1]
 accuracy = history.history['val_accuracy'][-1]
 print('validation accuracy %.3f' % accuracy)

@@ -3,6 +3,7 @@
 `model.compile` wraps the optimizer in a LossScaleOptimizer with the
 policy's loss scale (dynamic for 'mixed_float16').
 """
+import json
 import random
 
 import numpy as np
@@ -31,9 +32,17 @@ rng = np.random.RandomState(0)
 x_train = rng.randn(512, 8).astype('float32')
 y_train = x_train @ rng.randn(8, 1).astype('float32')
 initial_loss = model.evaluate(x_train, y_train, batch_size=512, verbose=0)
-history = model.fit(x_train, y_train, batch_size=64, epochs=8, verbose=0)
+losses = []
+log_losses = keras.callbacks.LambdaCallback(
+  on_train_batch_end=lambda batch, logs: losses.append(
+      float(logs['loss'])))
+history = model.fit(x_train, y_train, batch_size=64, epochs=8, verbose=0,
+                    callbacks=[log_losses])
 opt_class = type(model.optimizer)
 print('optimizer: %s.%s' % (opt_class.__module__, opt_class.__name__))
+print(json.dumps({'losses': losses, 'weights': [
+    float(w) for v in model.trainable_variables
+    for w in v.numpy().ravel()[:8]]}))
 print('initial loss %.5f' % initial_loss)
 print('compute dtype %s' % model.get_layer('dense_1').compute_dtype)
 final_loss = history.history['loss'][-1]

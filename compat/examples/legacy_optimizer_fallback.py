@@ -6,6 +6,7 @@ TF 2.11-2.15 code kept the OptimizerV2 family with
 `tf.keras.mixed_precision.LossScaleOptimizer` and trained in a custom loop,
 reading `optimizer.inner_optimizer` for its learning rate.
 """
+import json
 import random
 import sys
 
@@ -53,13 +54,17 @@ x_train = rng.randn(512, 6).astype('float32')
 y_train = np.sin(x_train[:, :2]).sum(axis=1, keepdims=True)
 dataset = tf.data.Dataset.from_tensor_slices((x_train, y_train)).batch(32)
 initial_loss = float(mse(y_train, model(x_train)))
+losses = []
 for epoch in range(6):
     for x, y in dataset:
-        train_step(x, y)
+        losses.append(float(train_step(x, y)))
 rate = float(tf.keras.backend.get_value(
     optimizer.inner_optimizer.learning_rate))
 print('optimizer: %s.%s, lr %g' % (type(optimizer).__module__,
                                    type(optimizer).__name__, rate))
+print(json.dumps({'losses': losses, 'weights': [
+    float(w) for v in model.trainable_variables
+    for w in v.numpy().ravel()[:8]]}))
 final_loss = float(mse(y_train, model(x_train)))
 print('initial loss %.5f' % initial_loss)
 print('final loss %.5f' % final_loss)

@@ -5,6 +5,7 @@ In TF 2.1-2.3 `optimizer.loss_scale` of the experimental
 `self.optimizer.loss_scale()`, inside its `tf.function` step to log the
 current scale, as trainers of that time did.
 """
+import json
 import random
 import sys
 
@@ -27,6 +28,7 @@ class Trainer:
           tf.keras.mixed_precision.experimental.LossScaleOptimizer(
               self.optimizer, 'dynamic'))
     self.loss_fn = tf.keras.losses.MeanSquaredError()
+    self.losses = []
 
   @tf.function
   def _train_step(self, features, labels):
@@ -47,6 +49,7 @@ class Trainer:
     for epoch in range(self.args['epochs']):
       for features, labels in dataset:
         loss, loss_scale = self._train_step(features, labels)
+        self.losses.append(float(loss))
       print('epoch %d: loss %.4f, loss scale %g' % (epoch, float(loss),
                                                     float(loss_scale)))
 
@@ -73,6 +76,9 @@ def main():
   final_loss = float(trainer.loss_fn(y, model(x)))
   print('optimizer: %s.%s' % (type(trainer.optimizer).__module__,
                               type(trainer.optimizer).__name__))
+  print(json.dumps({'losses': trainer.losses, 'weights': [
+      float(w) for v in model.trainable_variables
+      for w in v.numpy().ravel()[:8]]}))
   print('initial loss %.5f' % initial_loss)
   print('final loss %.5f' % final_loss)
   if not final_loss < initial_loss / 3:

@@ -7,6 +7,7 @@ each epoch, a custom callback logs the learning rate, the loss scale and
 rate through the wrapper (`optimizer.learning_rate = ...`) before a last
 epoch. Each write must reach the inner optimizer.
 """
+import json
 import random
 import sys
 
@@ -53,17 +54,25 @@ model = tf.keras.Sequential([
 model.compile(optimizer=tf.keras.optimizers.SGD(momentum=0.9), loss='mse')
 initial_loss = model.evaluate(x_train, y_train, verbose=0)
 log = LogOptimizer()
+losses = []
+log_losses = tf.keras.callbacks.LambdaCallback(
+    on_train_batch_end=lambda batch, logs: losses.append(
+        float(logs['loss'])))
 model.fit(x_train, y_train, batch_size=32, epochs=3, verbose=0, shuffle=False,
-          callbacks=[tf.keras.callbacks.LearningRateScheduler(schedule), log])
+          callbacks=[tf.keras.callbacks.LearningRateScheduler(schedule), log,
+                     log_losses])
 optimizer = model.optimizer
 optimizer.learning_rate = 0.01
 inner_rate = float(tf.keras.backend.get_value(
     optimizer.inner_optimizer.learning_rate))
 print('set through the wrapper: inner lr %g' % inner_rate)
 history = model.fit(x_train, y_train, batch_size=32, epochs=1, verbose=0,
-                    shuffle=False)
+                    shuffle=False, callbacks=[log_losses])
 print('optimizer: %s.%s' % (type(optimizer).__module__,
                             type(optimizer).__name__))
+print(json.dumps({'losses': losses, 'weights': [
+    float(w) for v in model.trainable_variables
+    for w in v.numpy().ravel()[:8]]}))
 final_loss = history.history['loss'][-1]
 print('initial loss %.5f' % initial_loss)
 print('final loss %.5f' % final_loss)

@@ -3,6 +3,7 @@
 Two logical CPUs stand in for two GPUs. Each replica scales its share of
 the loss; the optimizer all-reduces the unscaled gradients.
 """
+import json
 import random
 
 import numpy as np
@@ -59,11 +60,15 @@ def full_loss():
 
 
 initial_loss = full_loss()
+losses = []
 for epoch in range(4):
   for inputs in dist_dataset:
-    train_step(inputs)
+    losses.append(float(train_step(inputs)))
 print('optimizer: %s.%s' % (type(optimizer).__module__,
                             type(optimizer).__name__))
+print(json.dumps({'losses': losses, 'weights': [
+    float(w) for v in model.trainable_variables
+    for w in v.numpy().ravel()[:8]]}))
 print('initial loss %.5f' % initial_loss)
 final_loss = full_loss()
 print('final loss %.5f' % final_loss)

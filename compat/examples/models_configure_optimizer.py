@@ -5,6 +5,7 @@ A `configure_optimizer` helper wraps the optimizer in
 `dynamic=False, initial_scale=...`), and the training step checks with
 `isinstance` whether to scale. The second model trains with `minimize`.
 """
+import json
 import random
 import sys
 
@@ -73,14 +74,16 @@ def main():
     def other_loss():
         return mse(y, other(x, training=True))
 
-    results = []
+    results, losses = [], []
     for name, net in (('train_step', model), ('minimize', other)):
         initial = float(mse(y, net(x)))
         for epoch in range(40):
             if net is model:
                 for start in range(0, 512, 128):
-                    train_step(x[start:start + 128], y[start:start + 128])
+                    losses.append(float(train_step(x[start:start + 128],
+                                                   y[start:start + 128])))
             else:
+                losses.append(float(other_loss()))
                 other_optimizer.minimize(other_loss, other.trainable_variables)
         final = float(mse(y, net(x)))
         print('%s: initial loss %.5f final loss %.5f' % (name, initial, final))
@@ -88,6 +91,9 @@ def main():
     print('optimizer: %s.%s dynamic=%s loss scale %g' % (
         type(optimizer).__module__, type(optimizer).__name__,
         optimizer.dynamic, float(optimizer.loss_scale)))
+    print(json.dumps({'losses': losses, 'weights': [
+        float(w) for net in (model, other) for v in net.trainable_variables
+        for w in v.numpy().ravel()[:8]]}))
     if not all(results):
         sys.exit('a model did not learn')
 

@@ -7,6 +7,7 @@ that the optimizer does not sum them a second time. Two logical CPUs stand
 in for two GPUs. The first step is checked against the plain gradient of
 the global batch: a second sum would double it.
 """
+import json
 import random
 import sys
 
@@ -88,9 +89,10 @@ kernel = model.trainable_variables[0].numpy()
 first_x, first_y = x_train[:GLOBAL_BATCH], y_train[:GLOBAL_BATCH]
 gradient = 2 * first_x.T @ (first_x @ kernel - first_y) / GLOBAL_BATCH
 initial_loss = full_loss()
+losses = []
 for epoch in range(6):
     for step, inputs in enumerate(dataset):
-        train_step(inputs)
+        losses.append(float(train_step(inputs)))
         if epoch == 0 and step == 0:
             applied = kernel - model.trainable_variables[0].numpy()
             ratio = float(np.sum(applied * gradient)
@@ -100,6 +102,9 @@ for epoch in range(6):
                 sys.exit('the all-reduced gradients were summed again')
 print('optimizer: %s.%s' % (type(optimizer).__module__,
                             type(optimizer).__name__))
+print(json.dumps({'losses': losses, 'weights': [
+    float(w) for v in model.trainable_variables
+    for w in v.numpy().ravel()[:8]]}))
 final_loss = full_loss()
 print('initial loss %.5f' % initial_loss)
 print('final loss %.5f' % final_loss)

@@ -6,6 +6,7 @@ the optimizer's `iterations` before the optimizer is wrapped in the
 experimental `LossScaleOptimizer(optimizer, loss_scale)`, and the step
 scales only when `isinstance` says the optimizer is a loss-scale one.
 """
+import json
 import random
 import sys
 
@@ -67,13 +68,17 @@ def main():
     y = np.argmax(x[:, :4], axis=1)
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(64)
     initial_loss = float(runnable.loss_object(y, runnable.model(x)))
+    losses = []
     for _ in range(FLAGS['train_epochs']):
         for images, labels in dataset:
-            runnable.train_step(images, labels)
+            losses.append(float(runnable.train_step(images, labels)))
     optimizer = runnable.optimizer
     print('optimizer: %s.%s, global step %d' % (
         type(optimizer).__module__, type(optimizer).__name__,
         int(runnable.global_step)))
+    print(json.dumps({'losses': losses, 'weights': [
+        float(w) for v in runnable.model.trainable_variables
+        for w in v.numpy().ravel()[:8]]}))
     final_loss = float(runnable.loss_object(y, runnable.model(x)))
     print('initial loss %.5f' % initial_loss)
     print('final loss %.5f' % final_loss)

@@ -5,6 +5,7 @@ saved the whole model (its optimizer wrapped by compile included) with
 `model.save`, loaded it with `tf.keras.models.load_model`, checked that the
 loaded optimizer is a `LossScaleOptimizer` and trained on.
 """
+import json
 import os
 import random
 import sys
@@ -31,7 +32,12 @@ model = tf.keras.Model(inputs, outputs)
 model.compile(optimizer=tf.keras.optimizers.Adam(learning_rate=2e-2),
               loss='sparse_categorical_crossentropy', metrics=['accuracy'])
 initial_loss = model.evaluate(x_train, y_train, verbose=0)[0]
-model.fit(x_train, y_train, batch_size=64, epochs=4, verbose=0, shuffle=False)
+losses = []
+log_losses = tf.keras.callbacks.LambdaCallback(
+    on_train_batch_end=lambda batch, logs: losses.append(
+        float(logs['loss'])))
+model.fit(x_train, y_train, batch_size=64, epochs=4, verbose=0, shuffle=False,
+          callbacks=[log_losses])
 
 path = os.path.join(tempfile.mkdtemp(), 'model.keras')
 model.save(path)
@@ -47,9 +53,12 @@ after = loaded.evaluate(x_train, y_train, verbose=0)[0]
 if abs(before - after) > 1e-4:
     sys.exit('the loaded model differs from the saved one')
 history = loaded.fit(x_train, y_train, batch_size=64, epochs=4, verbose=0,
-                     shuffle=False)
+                     shuffle=False, callbacks=[log_losses])
 print('optimizer: %s.%s' % (type(optimizer).__module__,
                             type(optimizer).__name__))
+print(json.dumps({'losses': losses, 'weights': [
+    float(w) for v in loaded.trainable_variables
+    for w in v.numpy().ravel()[:8]]}))
 final_loss = history.history['loss'][-1]
 print('initial loss %.5f' % initial_loss)
 print('final loss %.5f' % final_loss)

@@ -3,6 +3,8 @@
 The forward pass runs in float16; the optimizer scales the loss, unscales
 the gradients and skips the steps whose gradients overflow.
 """
+import json
+
 import numpy as np
 import tensorflow.compat.v1 as tf
 
@@ -29,9 +31,14 @@ with tf.Session() as sess:
   sess.run(tf.global_variables_initializer())
   feed = {x: x_data, y: y_data}
   initial_loss = sess.run(loss, feed)
+  losses = []
   for _ in range(60):
+    losses.append(float(sess.run(loss, feed)))
     sess.run(train_op, feed)
+  weights = sess.run(tf.trainable_variables())
   print('optimizer: %s.%s' % (type(opt).__module__, type(opt).__name__))
+  print(json.dumps({'losses': losses, 'weights': [
+      float(w) for v in weights for w in v.ravel()[:8]]}))
   print('initial loss %.5f' % initial_loss)
   final_loss = sess.run(loss, feed)
   print('final loss %.5f' % final_loss)

@@ -4,6 +4,7 @@ As the TF 2.4 guide wrote it: the optimizer is wrapped explicitly, the loss
 scaled with `get_scaled_loss` inside the tape and the gradients unscaled
 with `get_unscaled_gradients` before `apply_gradients`.
 """
+import json
 import random
 import sys
 
@@ -52,12 +53,16 @@ def evaluate():
 
 
 initial_loss = evaluate()
+losses = []
 for epoch in range(5):
   for x, y in train_dataset:
-    train_step(x, y)
+    losses.append(float(train_step(x, y)))
 print('optimizer: %s.%s' % (type(optimizer).__module__,
                             type(optimizer).__name__))
 print('loss scale %g' % float(optimizer.loss_scale))
+print(json.dumps({'losses': losses, 'weights': [
+    float(w) for v in model.trainable_variables
+    for w in v.numpy().ravel()[:8]]}))
 final_loss = evaluate()
 print('initial loss %.5f' % initial_loss)
 print('final loss %.5f' % final_loss)

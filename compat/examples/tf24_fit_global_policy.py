@@ -4,6 +4,7 @@
 optimizer in a `tf.keras.mixed_precision.LossScaleOptimizer`, which the
 script then inspects.
 """
+import json
 import random
 import sys
 
@@ -33,14 +34,21 @@ rng = np.random.RandomState(1)
 x_train = rng.randn(1024, 16).astype('float32')
 y_train = np.argmax(x_train[:, :4], axis=1)
 initial_loss = model.evaluate(x_train, y_train, batch_size=1024, verbose=0)[0]
+losses = []
+log_losses = keras.callbacks.LambdaCallback(
+  on_train_batch_end=lambda batch, logs: losses.append(
+      float(logs['loss'])))
 history = model.fit(x_train, y_train, batch_size=64, epochs=6, verbose=0,
-                    shuffle=False)
+                    shuffle=False, callbacks=[log_losses])
 
 optimizer = model.optimizer
 if not isinstance(optimizer, mixed_precision.LossScaleOptimizer):
   sys.exit('compile did not wrap the optimizer in a LossScaleOptimizer')
 print('optimizer: %s.%s' % (type(optimizer).__module__,
                             type(optimizer).__name__))
+print(json.dumps({'losses': losses, 'weights': [
+    float(w) for v in model.trainable_variables
+    for w in v.numpy().ravel()[:8]]}))
 print('compute dtype %s' % model.layers[1].compute_dtype)
 print('loss scale %g after %d good steps' % (float(optimizer.loss_scale),
                                              int(optimizer.dynamic_counter)))

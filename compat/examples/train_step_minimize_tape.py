@@ -6,6 +6,7 @@ models that override `train_step` copied it. Under the 'mixed_float16'
 policy `compile` wraps the optimizer in a `LossScaleOptimizer`, whose
 `minimize` scales the loss recorded on the tape and unscales the gradients.
 """
+import json
 import random
 import sys
 
@@ -53,13 +54,20 @@ model = Regressor()
 model.compile(optimizer=tf.keras.optimizers.SGD(learning_rate=0.05))
 model(x_train[:1])
 initial_loss = float(np.mean(np.square(model(x_train).numpy() - y_train)))
+losses = []
+log_losses = tf.keras.callbacks.LambdaCallback(
+    on_train_batch_end=lambda batch, logs: losses.append(
+        float(logs['loss'])))
 model.fit(x_train, y_train, batch_size=32, epochs=5, verbose=0,
-          shuffle=False)
+          shuffle=False, callbacks=[log_losses])
 optimizer = model.optimizer
 if not isinstance(optimizer, mixed_precision.LossScaleOptimizer):
     sys.exit('compile did not wrap the optimizer')
 print('optimizer: %s.%s' % (type(optimizer).__module__,
                             type(optimizer).__name__))
+print(json.dumps({'losses': losses, 'weights': [
+    float(w) for v in model.trainable_variables
+    for w in v.numpy().ravel()[:8]]}))
 print('iterations %d, loss scale %g' % (int(optimizer.iterations),
                                         float(optimizer.loss_scale)))
 final_loss = float(np.mean(np.square(model(x_train).numpy() - y_train)))
