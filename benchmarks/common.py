@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import os
+import sys
 import time
 from typing import Callable, Dict, List, Optional, Sequence
 
@@ -119,6 +120,30 @@ def interleave(rows: Dict[str, Callable[[], object]], steps: int,
     finally:
         gc.unfreeze()
     return timings
+
+
+def warm_up(rows: Dict[str, Callable[[], object]]) -> Dict[str, float]:
+    """Calls each row's one-layer twin once; its seconds per row.
+
+    The first trace that reaches a library's code in a process pays once
+    for what later traces reuse (AutoGraph converting that code, lazy
+    imports): about 2 s for tf_lossscale's, whichever row comes first. The
+    twins pay it, so each row's first call is its own model's trace, graph
+    optimisation and first step.
+    """
+    return {name: round(time_first_call(fn), 3)
+            for name, fn in rows.items()}
+
+
+_START = time.perf_counter()
+
+
+def log(message: str) -> None:
+    """A progress line on stderr: this process's Keras, seconds so far."""
+    keras = ("tf_keras" if os.environ.get("TF_USE_LEGACY_KERAS") == "1"
+             else "keras3")
+    print(f"[{keras} {time.perf_counter() - _START:5.0f} s] {message}",
+          file=sys.stderr, flush=True)
 
 
 def load_average() -> List[float]:
