@@ -102,6 +102,12 @@ def measure(rows: Rows, needs: Sequence[str], fn: Callable[..., float]
                                int((1 - tail) * len(values)))])
 
 
+def use_resamples(n: int) -> None:
+    """Sets the bootstrap's resamples per figure (the mode's)."""
+    global BOOTSTRAP_RESAMPLES
+    BOOTSTRAP_RESAMPLES = n
+
+
 def _ratio_minus_one(row: float, base: float) -> float:
     return row / base - 1
 

@@ -33,6 +33,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import common  # noqa: E402
+import estimates  # noqa: E402
 from report import report  # noqa: E402
 from targets import targets, xla_targets  # noqa: E402
 
@@ -41,6 +42,9 @@ def run_worker(keras: str, mode: str, workloads: str) -> Optional[dict]:
     """Runs worker.py for one Keras; its JSON, or None if it failed."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("TF_USE_LEGACY_KERAS", None)
+    flags = common.MODES[mode].xla_flags
+    if flags:
+        env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {flags}".strip()
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
         code = subprocess.call(
@@ -72,6 +76,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.xla:
         args.workloads = "ef"
     mode = args.mode or ("quick" if args.quick else "full")
+    estimates.use_resamples(common.MODES[mode].resamples)
     start = time.perf_counter()
     load = {"before": common.load_average()}
     k3 = run_worker("keras3", mode, args.workloads)

@@ -116,7 +116,8 @@ def workload_c(keras: Any, sizes: common.Sizes) -> Dict[str, Any]:
         timed = _check_rows(keras, shapes)
         floats = sum(int(np.prod(s)) for s in shapes)
         common.log(f"(c) {len(shapes)} tensors, {floats} floats")
-        timings = common.interleave(timed, sizes.check_steps, log=common.log)
+        timings = common.interleave(timed, sizes.check_steps, log=common.log,
+                                    collect=sizes.collect_garbage)
         common.log(f"(c) {case}: done")
         out[case] = {"tensors": len(shapes), "floats": floats,
                      "rows": {k: t.as_json() for k, t in timings.items()}}

@@ -24,11 +24,13 @@ def _on_batch(model: Any, batch: Batch) -> Callable[[], Any]:
     return lambda: model.train_on_batch(*batch)
 
 
-def _twins(keras: Any, makers: Dict[str, Callable[[], Any]],
-           jit_compile: bool) -> Dict[str, Callable[[], Any]]:
-    """Each row's twin: the same optimizer and step on a one-layer model."""
+def _twins(keras: Any, sizes: common.Sizes,
+           makers: Dict[str, Callable[[], Any]], jit_compile: bool
+           ) -> Dict[str, Callable[[], Any]]:
+    """Each row's twin (`sizes.twins` of them): the same optimizer and step
+    on a one-layer model."""
     twins = {}
-    for row, make in makers.items():
+    for row, make in list(makers.items())[:sizes.twins]:
         twin = rows.mlp(keras, "relu", 8, 1)
         twin.compile(optimizer=make(), loss="mse", jit_compile=jit_compile)
         twins[row] = _on_batch(twin, (np.ones((2, 8), "float32"),
@@ -61,7 +63,7 @@ def workload_a(keras: Any, sizes: common.Sizes, optimizer: str
     weights = rows.mlp(keras, "relu", sizes.mlp_width,
                            sizes.mlp_layers).get_weights()
     makers = rows.optimizer_makers(keras, optimizer, "barrier")
-    warm = common.warm_up(_twins(keras, makers, jit_compile=False))
+    warm = common.warm_up(_twins(keras, sizes, makers, jit_compile=False))
     timed = {}
     for row, make in makers.items():
         model = _compiled(keras, sizes, weights, make, jit_compile=False)
@@ -72,7 +74,8 @@ def workload_a(keras: Any, sizes: common.Sizes, optimizer: str
             timed[row + " skipped"] = _on_batch(skip, (x_nan, y))
     params = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
     common.log(f"(a) {optimizer}: {len(timed)} rows, {params} parameters")
-    timings = common.interleave(timed, sizes.mlp_steps, log=common.log)
+    timings = common.interleave(timed, sizes.mlp_steps, log=common.log,
+                                collect=sizes.collect_garbage)
     common.log(f"(a) {optimizer}: done")
     return {"parameters": params, "variables": len(model.trainable_variables),
             "warm_up_s": warm,
@@ -86,13 +89,14 @@ def workload_e(keras: Any, sizes: common.Sizes, optimizer: str
     weights = rows.mlp(keras, "relu", sizes.mlp_width,
                            sizes.mlp_layers).get_weights()
     makers = rows.optimizer_makers(keras, optimizer, "limit")
-    warm = common.warm_up(_twins(keras, makers, jit_compile=True))
+    warm = common.warm_up(_twins(keras, sizes, makers, jit_compile=True))
     timed = {}
     for row, make in makers.items():
         model = _compiled(keras, sizes, weights, make, jit_compile=True)
         timed[row] = _on_batch(model, (x, y))
     common.log(f"(e) {optimizer}, XLA: {len(timed)} rows")
-    timings = common.interleave(timed, sizes.xla_steps, log=common.log)
+    timings = common.interleave(timed, sizes.xla_steps, log=common.log,
+                                collect=sizes.collect_garbage)
     common.log(f"(e) {optimizer}: done")
     return {"variables": len(model.trainable_variables), "warm_up_s": warm,
             "rows": {k: t.as_json() for k, t in timings.items()}}

@@ -44,7 +44,7 @@ def _loop(keras: Any, sizes: common.Sizes, layers: int,
     makers = rows.loop_makers(keras, "SGD", limit)
     flows = rows.loop_flows(limit)
     twins = {}
-    for row, flow in flows.items():
+    for row, flow in list(flows.items())[:sizes.twins]:
         twin = rows.mlp(keras, "tanh", 8, 1)
         step = rows.tape_step(twin, makers[row](), flow, jit_compile)
         twins[row] = _runner(step, tf.ones((2, 8)), tf.zeros((2, 8)))
@@ -71,7 +71,8 @@ def workload_b(keras: Any, sizes: common.Sizes) -> Dict[str, Any]:
     common.log(f"(b) {len(built.model.trainable_variables)} variables, "
                f"rows {list(built.timed)}")
     timings = common.interleave(built.timed, sizes.many_steps,
-                                log=common.log)
+                                log=common.log,
+                                collect=sizes.collect_garbage)
     common.log("(b) done")
     return _result(built, timings)
 
@@ -82,6 +83,7 @@ def workload_f(keras: Any, sizes: common.Sizes) -> Dict[str, Any]:
     common.log(f"(f) XLA, {len(built.model.trainable_variables)} "
                "variables")
     timings = common.interleave(built.timed, sizes.xla_steps,
-                                log=common.log)
+                                log=common.log,
+                                collect=sizes.collect_garbage)
     common.log("(f) done")
     return _result(built, timings)
