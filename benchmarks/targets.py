@@ -69,7 +69,8 @@ def targets(k3: Optional[dict], tk: Optional[dict]) -> List[dict]:
         # most the barrier plus a quarter of what the original adds to it.
         for opt in ("SGD", "Adam"):
             rows = merged_rows(k3, tk, "a", opt)
-            needs = (p + "ours", original, p + "barrier", p + "plain")
+            needs: Sequence[str] = (p + "ours", original, p + "barrier",
+                                    p + "plain")
             if not all(r in rows for r in needs):
                 continue
 

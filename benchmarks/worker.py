@@ -88,6 +88,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
 
 
 def main() -> int:
+    assert ARGS is not None, "run as a script"
     result = run(ARGS)
     with open(ARGS.out, "w") as f:
         json.dump(result, f, indent=1)

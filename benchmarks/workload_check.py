@@ -106,7 +106,7 @@ def _check_rows(keras: Any, shapes: List[tuple]
 
 def workload_c(keras: Any, sizes: common.Sizes) -> Dict[str, Any]:
     """(c): check+unscale timed, big and small."""
-    cases = {
+    cases: Dict[str, List[tuple]] = {
         "big": [(384, 1000)] * sizes.big_tensors
         + [(1000,)] * sizes.big_tensors,
         "small": [(1000,)] * sizes.small_tensors,
