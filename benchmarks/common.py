@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import os
+import sys
 import time
 from typing import Callable, Dict, List, Optional, Sequence
 
@@ -32,6 +33,14 @@ class Sizes:
     fusions_per_tensor: Sequence[int]  # (d) ... for per-tensor HLO (slow)
     xla_steps: int = 40      # (e) and (f): interleaved XLA steps
     xla_loop_layers: int = 100  # (f) Dense(many_width) layers under XLA
+    # (a), (b), (e), (f): how many rows, the first ones, get a warm-up twin
+    # (None: every row) and the bootstrap's resamples per figure.
+    twins: Optional[int] = None
+    resamples: int = 1000
+    # Added to the workers' XLA_FLAGS; whether to collect garbage before
+    # timing each workload.
+    xla_flags: str = ""
+    collect_garbage: bool = True
 
 
 MODES: Dict[str, Sizes] = {
@@ -49,12 +58,19 @@ MODES: Dict[str, Sizes] = {
                    check_steps=15, fusions=(10, 100, 1000),
                    fusions_per_tensor=(10, 100), xla_steps=20,
                    xla_loop_layers=50),
-    # Only proves that the harness runs (the test suite's smoke test).
-    "tiny": Sizes(mlp_layers=3, mlp_width=32, mlp_batch=8, mlp_steps=3,
-                  optimizers=("SGD",), many_layers=4, many_width=8,
+    # Only proves that the harness runs (the test suite's smoke test): every
+    # row, table and target, at the least cost. Most of it is tracing and
+    # XLA compiles, one per row and one per twin: one layer, one twin per
+    # workload (the code path runs; the row first in the table gets it),
+    # XLA's LLVM back end unoptimised (the optimized HLO, which (d) counts,
+    # is the same; compiling takes about a fifth less CPU), no collection.
+    "tiny": Sizes(mlp_layers=1, mlp_width=32, mlp_batch=8, mlp_steps=3,
+                  optimizers=("SGD",), many_layers=1, many_width=8,
                   many_steps=3, big_tensors=2, small_tensors=20,
                   check_steps=3, fusions=(10,), fusions_per_tensor=(10,),
-                  xla_steps=3, xla_loop_layers=4),
+                  xla_steps=3, xla_loop_layers=1, twins=1, resamples=100,
+                  xla_flags="--xla_backend_optimization_level=0",
+                  collect_garbage=False),
 }
 
 WARMUP_CALLS = 2
@@ -88,15 +104,17 @@ def time_first_call(fn: Callable[[], object]) -> float:
 
 
 def interleave(rows: Dict[str, Callable[[], object]], steps: int,
-               log: Optional[Callable[[str], None]] = None
-               ) -> Dict[str, Timing]:
+               log: Optional[Callable[[str], None]] = None,
+               collect: bool = True) -> Dict[str, Timing]:
     """Times `rows` round-robin, first calls included, medians compared.
 
     Every row is called once per round, starting each round one row later,
     so slow drift and a row's position in the round hit all rows alike.
     The garbage collector is collected and frozen before timing: after heavy
-    tracing it can pause a step for up to a second. `log`, if given, gets a
-    line per first call (the long ones are most of a run's time).
+    tracing it can pause a step for up to a second (`collect=False` skips
+    the collection, a quarter of a second or more each time, where the
+    timings do not matter). `log`, if given, gets a line per first call
+    (the long ones are most of a run's time).
     """
     timings = {}
     for name, fn in rows.items():
@@ -107,7 +125,8 @@ def interleave(rows: Dict[str, Callable[[], object]], steps: int,
     for _ in range(WARMUP_CALLS):
         for name in names:
             rows[name]()
-    gc.collect()
+    if collect:
+        gc.collect()
     gc.freeze()
     try:
         for step in range(steps):
@@ -119,6 +138,30 @@ def interleave(rows: Dict[str, Callable[[], object]], steps: int,
     finally:
         gc.unfreeze()
     return timings
+
+
+def warm_up(rows: Dict[str, Callable[[], object]]) -> Dict[str, float]:
+    """Calls each row's one-layer twin once; its seconds per row.
+
+    The first trace that reaches a library's code in a process pays once
+    for what later traces reuse (AutoGraph converting that code, lazy
+    imports): about 2 s for tf_lossscale's, whichever row comes first. The
+    twins pay it, so each row's first call is its own model's trace, graph
+    optimisation and first step.
+    """
+    return {name: round(time_first_call(fn), 3)
+            for name, fn in rows.items()}
+
+
+_START = time.perf_counter()
+
+
+def log(message: str) -> None:
+    """A progress line on stderr: this process's Keras, seconds so far."""
+    keras = ("tf_keras" if os.environ.get("TF_USE_LEGACY_KERAS") == "1"
+             else "keras3")
+    print(f"[{keras} {time.perf_counter() - _START:5.0f} s] {message}",
+          file=sys.stderr, flush=True)
 
 
 def load_average() -> List[float]:

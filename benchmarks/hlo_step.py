@@ -50,7 +50,7 @@ if LEGACY:
 else:
     import keras  # noqa: E402
 
-import worker_xla  # noqa: E402
+import rows  # noqa: E402
 
 _BYTES = {"f32": 4, "f16": 2, "bf16": 2, "s64": 8, "u64": 8, "s32": 4,
           "u32": 4, "pred": 1, "s8": 1, "u8": 1, "f64": 8}
@@ -171,11 +171,11 @@ def main() -> int:
     x = rng.standard_normal((64, ARGS.width)).astype("float32")
     y = np.zeros_like(x)
     out: Dict[str, Any] = {}
-    rows = ARGS.rows.split(",") if ARGS.rows else None
+    only = ARGS.rows.split(",") if ARGS.rows else None
     for opt in ("SGD", "Adam"):
         for flow in ("fit", "loop"):
-            steps = worker_xla.compiled_steps(
-                keras, opt, flow, ARGS.layers, ARGS.width, rows)
+            steps = rows.compiled_steps(
+                keras, opt, flow, ARGS.layers, ARGS.width, only)
             for row, step in steps.items():
                 key = f"{opt} {flow} {row}"
                 hlo = step.experimental_get_compiler_ir(

@@ -1,13 +1,17 @@
-"""The rows of the XLA workloads, shared by worker.py and hlo_step.py.
+"""What every row is built from: its optimizer, the MLP, the loop's step.
 
-Every function takes the Keras module of the process (`keras` or
-`tf_keras`, chosen before TensorFlow was imported). Rows, in first-call
-order: `plain` (the inner optimizer), `limit` (the plain optimizer whose
-update also depends on one all-finite read of its gradients, never
-skipping: what the verdict alone costs inside the compiled step), the
-original (`keras3` or `tf_keras`: that Keras' own LossScaleOptimizer),
-`ours`, and in the custom loop `ours documented` (TensorFlow's documented
-flow: `get_scaled_loss`, `get_unscaled_gradients`, `apply_gradients`).
+Shared by the workloads (`workload_*.py`) and `hlo_step.py`. Every
+function takes the Keras module of the process (`keras` or `tf_keras`,
+chosen before TensorFlow was imported). Rows, in first-call order:
+`plain` (the inner optimizer); a reference that pays part of a scaler's
+price and skips nothing: `barrier` (the update waits for every gradient:
+the default path's (a)) or `limit` (the update also depends on one
+all-finite read of the gradients: what the verdict alone costs inside a
+step compiled by XLA); the original (`keras3` or `tf_keras`: that Keras'
+own LossScaleOptimizer), then `ours` (after its original, so whatever a
+process accumulates while tracing weighs on ours, not on the original);
+and in the custom loop `ours documented` (TensorFlow's documented flow:
+`get_scaled_loss`, `get_unscaled_gradients`, `apply_gradients`).
 """
 
 from __future__ import annotations
@@ -22,12 +26,46 @@ import tf_lossscale
 LR = 1e-4
 
 
-def _legacy() -> bool:
+def legacy() -> bool:
+    """Whether this process runs tf_keras (Keras 2)."""
     return os.environ.get("TF_USE_LEGACY_KERAS") == "1"
 
 
 def original_key() -> str:
-    return "tf_keras" if _legacy() else "keras3"
+    """The row of this process's original: `keras3` or `tf_keras`."""
+    return "tf_keras" if legacy() else "keras3"
+
+
+def is_scaler(row: str) -> bool:
+    return row in ("ours", "keras3", "tf_keras")
+
+
+def with_barrier(inner_cls: type) -> type:
+    """`inner_cls`, made to wait for every gradient before any update.
+
+    One NoOp depends on all gradients and every op of the update depends on
+    it: the wait itself, without a per-gradient op (an Identity per
+    gradient would add per-op overhead the wait does not need). Keras 3's
+    `fit` and `apply_gradients` reach `apply`; tf_keras' reach
+    `apply_gradients` (which builds the slots under `init_scope`, outside
+    the dependency).
+    """
+    if legacy():
+        class LegacyBarrier(inner_cls):
+            def apply_gradients(self, grads_and_vars, *args, **kwargs):
+                pairs = list(grads_and_vars)
+                ready = tf.group(*[g for g, _ in pairs if g is not None])
+                with tf.control_dependencies([ready]):
+                    return super().apply_gradients(pairs, *args, **kwargs)
+        return LegacyBarrier
+
+    class Barrier(inner_cls):
+        def apply(self, grads, trainable_variables=None):
+            grads = list(grads)
+            ready = tf.group(*[g for g in grads if g is not None])
+            with tf.control_dependencies([ready]):
+                return super().apply(grads, trainable_variables)
+    return Barrier
 
 
 def _all_finite(grads: List[Any]) -> tf.Tensor:
@@ -51,7 +89,7 @@ def _gated(grads: List[Any]) -> List[Any]:
 
 def with_limit(keras: Any, inner_cls: type) -> type:
     """`inner_cls` whose update also waits for one all-finite read."""
-    if _legacy():
+    if legacy():
         class LegacyLimit(inner_cls):
             def apply_gradients(self, grads_and_vars, *args, **kwargs):
                 pairs = list(grads_and_vars)
@@ -66,13 +104,20 @@ def with_limit(keras: Any, inner_cls: type) -> type:
     return Limit
 
 
-def optimizer_makers(keras: Any, name: str, limit: bool = True
+def optimizer_makers(keras: Any, name: str,
+                     reference: Optional[str] = "limit"
                      ) -> Dict[str, Callable[[], Any]]:
-    """Row -> factory of a fresh optimizer wrapping `name` ('SGD', 'Adam')."""
+    """Row -> factory of a fresh optimizer wrapping `name` ('SGD', 'Adam').
+
+    `reference`: the row between plain and the original, "barrier",
+    "limit" or None (no such row).
+    """
     inner = getattr(keras.optimizers, name)
     rows: Dict[str, Callable[[], Any]] = {
         "plain": lambda: inner(learning_rate=LR)}
-    if limit:
+    if reference == "barrier":
+        rows["barrier"] = lambda: with_barrier(inner)(learning_rate=LR)
+    elif reference == "limit":
         rows["limit"] = lambda: with_limit(keras, inner)(learning_rate=LR)
     rows[original_key()] = lambda: keras.mixed_precision.LossScaleOptimizer(
         inner(learning_rate=LR))
@@ -90,19 +135,27 @@ def mlp(keras: Any, activation: str, width: int, layers: int) -> Any:
 
 
 # How each row of the custom loop scales: "none", "keras" (`scale_loss`,
-# then `apply_gradients` with the scaled gradients: Keras 3's only flow) or
-# "documented" (tf_keras' only flow).
-def loop_flows() -> Dict[str, str]:
-    if _legacy():
-        return {"plain": "none", "limit": "none", "tf_keras": "documented",
-                "ours documented": "documented"}
-    return {"plain": "none", "limit": "none", "keras3": "keras",
-            "ours": "keras", "ours documented": "documented"}
+# then `apply_gradients` with the scaled gradients: Keras 3's flow, the only
+# one its LossScaleOptimizer has) or "documented" (`get_scaled_loss`,
+# `get_unscaled_gradients`, `apply_gradients`: TensorFlow's documented flow,
+# and tf_keras' only one).
+def loop_flows(limit: bool = True) -> Dict[str, str]:
+    """Row of the custom loop -> its flow (with the limit row if asked)."""
+    if legacy():
+        flows = {"plain": "none", "limit": "none", "tf_keras": "documented",
+                 "ours documented": "documented"}
+    else:
+        flows = {"plain": "none", "limit": "none", "keras3": "keras",
+                 "ours": "keras", "ours documented": "documented"}
+    if not limit:
+        del flows["limit"]
+    return flows
 
 
-def tape_step(model: Any, optimizer: Any, flow: str, jit_compile: bool
-              ) -> Any:
-    """The custom loop's step, a `tf.function` (compiled whole if asked)."""
+def tape_step(model: Any, optimizer: Any, flow: str,
+              jit_compile: Optional[bool]) -> Any:
+    """The custom loop's step, a `tf.function` (compiled whole if asked;
+    None leaves `tf.function`'s default)."""
     @tf.function(jit_compile=jit_compile)
     def step(x, y):
         with tf.GradientTape() as tape:
@@ -122,11 +175,12 @@ def tape_step(model: Any, optimizer: Any, flow: str, jit_compile: bool
     return step
 
 
-def loop_makers(keras: Any, name: str) -> Dict[str, Callable[[], Any]]:
-    """Row of the custom loop -> (optimizer factory, flow)."""
-    makers = optimizer_makers(keras, name)
+def loop_makers(keras: Any, name: str, limit: bool = True
+                ) -> Dict[str, Callable[[], Any]]:
+    """Row of the custom loop -> factory of its optimizer."""
+    makers = optimizer_makers(keras, name, "limit" if limit else None)
     return {row: makers["ours" if row.startswith("ours") else row]
-            for row in loop_flows()}
+            for row in loop_flows(limit)}
 
 
 def compiled_steps(keras: Any, opt: str, flow: str, layers: int, width: int,
@@ -153,7 +207,7 @@ def compiled_steps(keras: Any, opt: str, flow: str, layers: int, width: int,
                 continue
             model = mlp(keras, "relu", width, layers)
             optimizer = makers[row]()
-            optimizer.build(model.trainable_variables) if not _legacy() \
+            optimizer.build(model.trainable_variables) if not legacy() \
                 else None
             out[row] = tape_step(model, optimizer, kind, jit_compile=True)
     return out

@@ -1,0 +1,131 @@
+"""The report: the Markdown text `run.py` prints, from both workers' JSON.
+
+A heading with the versions, the machine and its load; then, for the
+workloads that ran, a description and table each and issue 15's targets,
+then the XLA tables and issue 21's targets. The tables are made in
+`tables.py`, the targets in `targets.py`.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from typing import Dict, List, Optional
+
+import common
+from tables import (
+    table_a,
+    table_b,
+    table_c,
+    table_d,
+    targets_table,
+    warm_up_line,
+)
+from targets import targets, xla_targets
+
+
+def _describe(k3: Optional[dict], tk: Optional[dict], mode: str) -> dict:
+    source = k3 or tk or {}
+    a = source.get("a", {}).get("SGD", {})
+    b = source.get("b", {})
+    c = source.get("c", {})
+    sizes = common.MODES[mode]
+    return {
+        "a": f"compile + train_on_batch: {sizes.mlp_layers} x Dense("
+             f"{sizes.mlp_width}) MLP, {a.get('parameters', '?')} "
+             f"parameters in {a.get('variables', '?')} variables, batch "
+             f"{sizes.mlp_batch}, {' and '.join(sizes.optimizers)}, "
+             f"{sizes.mlp_steps} interleaved steps",
+        "b": f"tf.function GradientTape loop: {sizes.many_layers} x Dense("
+             f"{sizes.many_width}, tanh), {b.get('variables', '?')} "
+             f"variables, SGD, {sizes.many_steps} interleaved steps; Keras 3"
+             " in both flows, tf_keras in the documented flow",
+        "c": "check+unscale through the public API: big = "
+             f"{c.get('big', {}).get('tensors', '?')} tensors / "
+             f"{c.get('big', {}).get('floats', '?')} floats, small = "
+             f"{c.get('small', {}).get('tensors', '?')} tensors of 1000 "
+             f"floats; {sizes.check_steps} interleaved calls",
+        "d": "XLA fusions (all kernels in brackets) in the optimized HLO "
+             "of check+unscale over n float32 gradients of 1000 elements",
+    }
+
+
+def report(k3: Optional[dict], tk: Optional[dict], mode: str,
+           load: Dict[str, List[float]], seconds: float) -> str:
+    v = (k3 or {}).get("versions", {})
+    vk = (tk or {}).get("versions", {})
+    desc = _describe(k3, tk, mode)
+    # The run itself keeps about one core busy; judge the machine before it.
+    busy = (load["before"] or [0])[0] > 0.5
+    lines = [
+        f"### Benchmark (`--{mode}`)" if mode != "full" else "### Benchmark",
+        "",
+        f"TensorFlow {v.get('tensorflow', '?')}, Keras "
+        f"{v.get('keras', '?')}, tf_keras {vk.get('keras', '?')}; "
+        f"{os.cpu_count()} CPUs ({platform.machine()}); load average "
+        f"{load['before'][:1]} before, {load['after'][:1]} after"
+        + (" (a busy machine: timings are noisy)" if busy else "")
+        + f"; {seconds:.0f} s.",
+        "",
+        "Medians of interleaved steps; overhead = median step / median plain "
+        "step - 1, in the same process, with its 90% bootstrap interval "
+        "(rounds resampled). * tf_keras rows ran in their own process and "
+        "are compared with its plain tf_keras step and its own "
+        "LossScaleOptimizer.",
+    ]
+    if any(w in (r or {}) for w in "abcd" for r in (k3, tk)):
+        lines += non_xla_report(k3, tk, desc)
+    lines += xla_report(k3, tk, mode)
+    return "\n".join(lines) + "\n"
+
+
+def non_xla_report(k3: Optional[dict], tk: Optional[dict],
+                   desc: Dict[str, str]) -> List[str]:
+    """The tables (a) to (d) that ran and issue 15's targets."""
+    ran = {w for r in (k3, tk) for w in "abcd" if w in (r or {})}
+    sections = {
+        "a": [f"**(a)** {desc['a']}", "", *table_a(k3, tk),
+              *[line for opt in ("SGD", "Adam")
+                for line in warm_up_line(k3, tk, "a", opt)], ""],
+        "b": [f"**(b)** {desc['b']}", "", *table_b(k3, tk),
+              *warm_up_line(k3, tk, "b"), ""],
+        "c": [f"**(c)** {desc['c']}. Extra ms over the plain row (reading "
+              "the gradients and returning them); ** over reading the one "
+              "tensor.", "", *table_c(k3, tk), ""],
+        "d": [f"**(d)** {desc['d']}", "", *table_d(k3, tk), ""],
+    }
+    lines = [""] + [line for w in "abcd" if w in ran for line in sections[w]]
+    lines += [
+        "**Targets** (issue 15; each flavour against its own original, "
+        "verdicts on the medians; \"within noise\": the 90% interval of "
+        "measured - bound holds zero)", "",
+    ]
+    return lines + targets_table(targets(k3, tk))
+
+
+def xla_report(k3: Optional[dict], tk: Optional[dict], mode: str
+               ) -> List[str]:
+    """The XLA tables (e), (f) and issue 21's targets, if they ran."""
+    if not any("e" in (r or {}) or "f" in (r or {}) for r in (k3, tk)):
+        return []
+    sizes = common.MODES[mode]
+    source = k3 or tk or {}
+    e_vars = source.get("e", {}).get("SGD", {}).get("variables", "?")
+    f_vars = source.get("f", {}).get("variables", "?")
+    return [
+        "", "#### Under XLA (`jit_compile=True`: Keras 3's default for "
+        "`fit` on a GPU)", "",
+        f"**(e)** (a) compiled whole: `compile(..., jit_compile=True)` + "
+        f"train_on_batch, {sizes.mlp_layers} x Dense({sizes.mlp_width}), "
+        f"{e_vars} variables, batch {sizes.mlp_batch}, "
+        f"{sizes.xla_steps} interleaved steps. The limit row is the plain "
+        "optimizer whose update also depends on one all-finite read of its "
+        "gradients (never skipping).", "", *table_a(k3, tk, "e"),
+        *[line for opt in ("SGD", "Adam")
+          for line in warm_up_line(k3, tk, "e", opt)], "",
+        f"**(f)** the (b) loop as `tf.function(jit_compile=True)`: "
+        f"{sizes.xla_loop_layers} x Dense({sizes.many_width}, tanh), "
+        f"{f_vars} variables, SGD, {sizes.xla_steps} interleaved steps", "",
+        *table_b(k3, tk, "f"), *warm_up_line(k3, tk, "f"), "",
+        "**Targets under XLA** (issue 21; each flavour against its own "
+        "original)", "", *targets_table(xla_targets(k3, tk))]

@@ -1,0 +1,89 @@
+"""Workloads (b) and (f): a custom `GradientTape` loop over many variables.
+
+(b) is a `tf.function` step over `many_layers` x Dense(`many_width`, tanh)
+(two variables a layer), SGD; (f) the same step as
+`tf.function(jit_compile=True)` over `xla_loop_layers` layers, with the
+limit row too. Rows: `plain`, the original, and ours in each flow the
+original has: Keras 3's (`scale_loss` + `apply_gradients` with the scaled
+gradients, its only flow, so its one row is the original of both of ours)
+and the documented one (`get_scaled_loss`, `get_unscaled_gradients`,
+`apply_gradients`: tf_keras' only flow). See `rows.loop_flows`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, NamedTuple, Optional
+
+import tensorflow as tf
+
+import common
+import rows
+
+
+class _Loop(NamedTuple):
+    """One loop workload, built: its last model, flows, warm-up, rows."""
+
+    model: Any
+    flows: Dict[str, str]
+    warm_up_s: Dict[str, float]
+    timed: Dict[str, Callable[[], Any]]
+
+
+def _runner(step: Any, x: Any, y: Any) -> Callable[[], Any]:
+    return lambda: step(x, y).numpy()
+
+
+def _loop(keras: Any, sizes: common.Sizes, layers: int,
+          jit_compile: Optional[bool], limit: bool
+          ) -> _Loop:
+    """Twins (called once), then the rows of one loop workload."""
+    w = sizes.many_width
+    x = tf.random.normal((32, w))
+    y = tf.zeros((32, w))
+    weights = rows.mlp(keras, "tanh", w, layers).get_weights()
+    makers = rows.loop_makers(keras, "SGD", limit)
+    flows = rows.loop_flows(limit)
+    twins = {}
+    for row, flow in list(flows.items())[:sizes.twins]:
+        twin = rows.mlp(keras, "tanh", 8, 1)
+        step = rows.tape_step(twin, makers[row](), flow, jit_compile)
+        twins[row] = _runner(step, tf.ones((2, 8)), tf.zeros((2, 8)))
+    warm = common.warm_up(twins)
+    timed = {}
+    for row, flow in flows.items():
+        model = rows.mlp(keras, "tanh", w, layers)
+        model.set_weights(weights)
+        step = rows.tape_step(model, makers[row](), flow, jit_compile)
+        timed[row] = _runner(step, x, y)
+    return _Loop(model, flows, warm, timed)
+
+
+def _result(built: _Loop, timings: Dict[str, common.Timing]
+            ) -> Dict[str, Any]:
+    return {"variables": len(built.model.trainable_variables),
+            "flows": built.flows, "warm_up_s": built.warm_up_s,
+            "rows": {k: t.as_json() for k, t in timings.items()}}
+
+
+def workload_b(keras: Any, sizes: common.Sizes) -> Dict[str, Any]:
+    """(b): the default path (`tf.function`, no XLA)."""
+    built = _loop(keras, sizes, sizes.many_layers, None, limit=False)
+    common.log(f"(b) {len(built.model.trainable_variables)} variables, "
+               f"rows {list(built.timed)}")
+    timings = common.interleave(built.timed, sizes.many_steps,
+                                log=common.log,
+                                collect=sizes.collect_garbage)
+    common.log("(b) done")
+    return _result(built, timings)
+
+
+def workload_f(keras: Any, sizes: common.Sizes) -> Dict[str, Any]:
+    """(f): the (b) loop as `tf.function(jit_compile=True)`, fewer layers."""
+    built = _loop(keras, sizes, sizes.xla_loop_layers, True, limit=True)
+    common.log(f"(f) XLA, {len(built.model.trainable_variables)} "
+               "variables")
+    timings = common.interleave(built.timed, sizes.xla_steps,
+                                log=common.log,
+                                collect=sizes.collect_garbage)
+    common.log("(f) done")
+    return _result(built, timings)
