@@ -8,7 +8,7 @@ one at a time. Each child is as fresh as `python script.py` would be for
 what the scripts touch (global policies, eager or graph mode, logical
 devices, the shim's patches: all set after the fork, in the child only);
 what it shares is modules already imported, read-only. RESULTS receives a
-JSON list of `{"returncode", "stdout", "stderr"}`, in the jobs' order.
+JSON list of `{"returncode", "stdout", "stderr", "seconds"}`, in the jobs' order.
 
 The legacy corpus runs about a hundred scripts: importing TensorFlow in
 each would be most of the test suite's time. Set TF_USE_LEGACY_KERAS
@@ -21,6 +21,7 @@ import runpy
 import signal
 import sys
 import tempfile
+import time
 import traceback
 from typing import Any, Dict, List
 
@@ -28,6 +29,9 @@ import tensorflow as tf  # noqa: F401 - imported once, before the forks
 
 if os.environ.get("TF_USE_LEGACY_KERAS") == "1":
     import tf_keras  # noqa: F401
+
+    from _autograph_rules import leave_tf_keras_unconverted
+    leave_tf_keras_unconverted()
 import keras  # noqa: F401,E402
 
 import tf_lossscale  # noqa: F401,E402
@@ -63,6 +67,7 @@ def _run(job: Dict[str, Any]) -> Dict[str, Any]:
             tempfile.TemporaryFile("w+") as err:
         sys.stdout.flush()
         sys.stderr.flush()
+        started = time.monotonic()
         pid = os.fork()
         if pid == 0:  # The child: it never returns.
             code = 1
@@ -80,7 +85,8 @@ def _run(job: Dict[str, Any]) -> Dict[str, Any]:
         out.seek(0)
         err.seek(0)
         return {"returncode": os.waitstatus_to_exitcode(status),
-                "stdout": out.read(), "stderr": err.read()}
+                "stdout": out.read(), "stderr": err.read(),
+                "seconds": round(time.monotonic() - started, 2)}
 
 
 def main(jobs_path: str, results_path: str) -> None:

@@ -1,6 +1,6 @@
 """Differential tests: our tf_keras flavour against tf_keras' own wrapper.
 
-Runs under TF_USE_LEGACY_KERAS=1 (see tests/test_tf_keras_optimizer.py).
+Runs under TF_USE_LEGACY_KERAS=1 (see tests/_tf_keras_cases.py).
 `tf_lossscale.LossScaleOptimizer(inner)` and
 `tf_keras.mixed_precision.LossScaleOptimizer(inner)` wrap equally configured
 optimizers of tf_keras' current family (SGD, SGD with momentum, Adam; the

@@ -1,6 +1,6 @@
 """The tf_keras flavour under MirroredStrategy over two logical CPUs.
 
-Runs under TF_USE_LEGACY_KERAS=1 (see tests/test_tf_keras_optimizer.py);
+Runs under TF_USE_LEGACY_KERAS=1 (see tests/_tf_keras_cases.py);
 tests/conftest.py makes the two CPUs and the one strategy of the process.
 """
 

@@ -1,6 +1,6 @@
 """The scaling-policy knobs on the tf_keras flavour (API.md section 7).
 
-Runs under TF_USE_LEGACY_KERAS=1 (see tests/test_tf_keras_optimizer.py).
+Runs under TF_USE_LEGACY_KERAS=1 (see tests/_tf_keras_cases.py).
 The flavour-free helpers and tables come from tests/test_knobs.py, which
 runs the same tests on Keras 3: each step against the plain-Python model,
 eagerly, in `tf.function` and under MirroredStrategy, with every skipped

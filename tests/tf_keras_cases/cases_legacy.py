@@ -11,7 +11,7 @@ sequences), return types, warnings, configs, checkpoints (both ways, with
 fixed scale skips a NaN step; knobs; `skipped_steps`; attributes that are
 not hyperparameters read through), the test asserts the difference.
 
-Runs under TF_USE_LEGACY_KERAS=1 (see tests/test_tf_keras_optimizer.py);
+Runs under TF_USE_LEGACY_KERAS=1 (see tests/_tf_keras_cases.py);
 tests/conftest.py makes the two logical CPUs and the one MirroredStrategy.
 """
 

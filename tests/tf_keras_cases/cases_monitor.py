@@ -1,6 +1,6 @@
 """`LossScaleMonitor` and `skipped_steps` in real tf_keras `fit` runs.
 
-Runs under TF_USE_LEGACY_KERAS=1 (see tests/test_tf_keras_optimizer.py).
+Runs under TF_USE_LEGACY_KERAS=1 (see tests/_tf_keras_cases.py).
 The data, the expected scales and counts and the readers of the progress
 bar, CSV and TensorBoard files come from tests/test_monitor.py, which runs
 the same checks on Keras 3.

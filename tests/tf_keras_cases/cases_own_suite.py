@@ -11,7 +11,7 @@ own classes side by side:
   `TypeError`, as tf_keras' `LossScaleOptimizer` / `LossScaleOptimizerV3` do,
   naming what was passed and the class to use; the optimizer stays wrappable.
 
-Runs under TF_USE_LEGACY_KERAS=1 (see tests/test_tf_keras_optimizer.py).
+Runs under TF_USE_LEGACY_KERAS=1 (see tests/_tf_keras_cases.py).
 """
 
 import re

@@ -1,6 +1,6 @@
 """Set-up for the tf_keras cases, which run in a process of their own.
 
-`tests/test_tf_keras_optimizer.py` runs each `cases_*.py` module here with
+`tests/_tf_keras_cases.py` runs each `cases_*.py` module here with
 `python -m pytest` in a subprocess whose environment sets
 `TF_USE_LEGACY_KERAS=1` before TensorFlow is imported (`tests/conftest.py`
 imports it, and makes the two logical CPUs and the one `MirroredStrategy`
@@ -16,6 +16,10 @@ import pytest
 LEGACY_KERAS = os.environ.get("TF_USE_LEGACY_KERAS") == "1"
 
 collect_ignore_glob = [] if LEGACY_KERAS else ["cases_*.py"]
+
+if LEGACY_KERAS:
+    from _autograph_rules import leave_tf_keras_unconverted
+    leave_tf_keras_unconverted()  # TF 2.16 traces as later ones do
 
 
 @pytest.fixture
