@@ -29,7 +29,6 @@ import tensorflow as tf  # noqa: F401 - imported once, before the forks
 
 if os.environ.get("TF_USE_LEGACY_KERAS") == "1":
     import tf_keras  # noqa: F401
-
     from _autograph_rules import leave_tf_keras_unconverted
     leave_tf_keras_unconverted()
 import keras  # noqa: F401,E402
