@@ -8,10 +8,10 @@ import math
 import textwrap
 
 import pytest
+from _legacy_programs import result_of
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import tf_lossscale.compat
 from tf_lossscale.compat import migrate
 
 # How a program names TensorFlow (`tf`) and the mixed precision module.
@@ -79,18 +79,6 @@ def program(imports, module, optimizer, flow, traced):
     ])) + "\n"
 
 
-def _result(source, shim):
-    namespace = {}
-    if shim:
-        tf_lossscale.compat.install()
-    try:
-        exec(compile(source, "<program>", "exec"), namespace)
-    finally:
-        if shim:
-            tf_lossscale.compat.uninstall()
-    return namespace["result"]
-
-
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 @settings(max_examples=16, deadline=None, derandomize=True, database=None)
 @given(imports=st.sampled_from(sorted(IMPORTS)),
@@ -109,6 +97,6 @@ def test_migrated_program_computes_as_under_the_shim_or_is_named(
     assert "mixed_precision" not in new.replace(
         "from tensorflow.keras import mixed_precision", ""), new
     assert migrate.rewrite(new) == (new, [])
-    expected = _result(source, shim=True)
+    expected = result_of(source, shim=True)
     assert all(math.isfinite(v) for v in expected)
-    assert _result(new, shim=False) == expected, new
+    assert result_of(new, shim=False) == expected, new

@@ -5,8 +5,8 @@ under the shim, or `migrate` names the line (issue 19)."""
 import textwrap
 
 import pytest
+from _legacy_programs import result_of
 
-import tf_lossscale.compat
 from tf_lossscale.compat import legacy_names, migrate
 
 # A small program per kind of legacy name ({name} is its spelling); each
@@ -79,18 +79,6 @@ def _program(name):
     raise AssertionError(f"no program for {name}")
 
 
-def _result(source, shim):
-    namespace = {}
-    if shim:
-        tf_lossscale.compat.install()
-    try:
-        exec(compile(source, "<program>", "exec"), namespace)
-    finally:
-        if shim:
-            tf_lossscale.compat.uninstall()
-    return namespace["result"]
-
-
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 @pytest.mark.parametrize("name", sorted(legacy_names.LEGACY_NAMES))
 def test_each_legacy_spelling_converts_safely_or_is_named(name):
@@ -103,4 +91,4 @@ def test_each_legacy_spelling_converts_safely_or_is_named(name):
     assert legacy_module + "." not in new.replace(
         "tf.compat.v1.train.GradientDescentOptimizer", ""), new
     assert migrate.rewrite(new) == (new, [])
-    assert _result(new, shim=False) == _result(source, shim=True)
+    assert result_of(new, shim=False) == result_of(source, shim=True)
