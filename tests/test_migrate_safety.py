@@ -8,25 +8,13 @@ that the line is named.
 
 import textwrap
 
+import _legacy_programs
 import numpy as np
 import pytest
 
 import tf_lossscale
 import tf_lossscale.compat
 from tf_lossscale.compat import migrate
-
-
-def _run(source, shim):
-    """Executes `source`; returns its globals."""
-    namespace = {"__name__": "__legacy__"}
-    if shim:
-        tf_lossscale.compat.install()
-    try:
-        exec(compile(source, "<legacy>", "exec"), namespace)
-    finally:
-        if shim:
-            tf_lossscale.compat.uninstall()
-    return namespace
 
 
 def _migrated(source):
@@ -38,8 +26,8 @@ def _migrated(source):
 def _both(source, name="var"):
     """(value under the shim, value after migrate) of global `name`."""
     source = textwrap.dedent(source)
-    return (np.asarray(_run(source, shim=True)[name]),
-            np.asarray(_run(_migrated(source), shim=False)[name]))
+    return (np.asarray(_legacy_programs.run(source, shim=True)[name]),
+            np.asarray(_legacy_programs.run(_migrated(source), shim=False)[name]))
 
 
 # Item 1: the experimental optimizer applied unscaled gradients.
@@ -179,7 +167,7 @@ def test_private_keras_and_training_modules_of_tf_2_1_to_2_5_are_resolved(
     new = _migrated(legacy)
     assert expected in new, new
     assert "tensorflow.python" not in new
-    namespace = _run(new, shim=False)  # Runs without the shim.
+    namespace = _legacy_programs.run(new, shim=False)  # Runs without the shim.
     if "opt" in namespace:
         assert isinstance(namespace["opt"], tf_lossscale.LossScaleOptimizer)
     if "ls" in namespace:
@@ -221,8 +209,8 @@ def test_graph_rewrite_left_unconverted_still_takes_the_converted_loss_scale(
     # ... but never half converted: the converted loss scale is accepted.
     assert "tf_lossscale.DynamicLossScale(" in new
     assert "\nimport tf_lossscale.compat.graph_rewrite\n" in new
-    shim = _run(source, shim=True)["var"]
-    migrated = _run(new, shim=False)["var"]
+    shim = _legacy_programs.run(source, shim=True)["var"]
+    migrated = _legacy_programs.run(new, shim=False)["var"]
     assert shim == migrated == pytest.approx(0.8)
 
 
@@ -326,8 +314,8 @@ def test_policy_chosen_by_a_conditional_is_followed_at_run_time(mixed,
     assert ("optimizer=tf_lossscale.LossScaleOptimizer(tf.keras.optimizers."
             "SGD(0.1)) if tf.keras.mixed_precision.global_policy().name == "
             "'mixed_float16' else tf.keras.optimizers.SGD(0.1)") in new
-    shim = _run(source, shim=True)
-    migrated = _run(new, shim=False)
+    shim = _legacy_programs.run(source, shim=True)
+    migrated = _legacy_programs.run(new, shim=False)
     assert (shim["wrapped"] != "SGD") == mixed
     assert (migrated["wrapped"] != "SGD") == mixed
     np.testing.assert_allclose(migrated["var"], shim["var"], rtol=1e-3)

@@ -167,6 +167,20 @@ def test_a_bad_max_consecutive_skips_raises(value):
             keras.optimizers.SGD(0.1), max_consecutive_skips=value)
 
 
+def ops_outside_the_skip_branch(step: Any, n: int) -> collections.Counter:
+    """The op types of `step` traced for `n` gradients of shape [3], but
+    for those of every cond's skip branch (and what that calls)."""
+    graph_def = step.get_concrete_function(
+        [tf.TensorSpec([3])] * n).graph.as_graph_def()
+    library = {f.signature.name: f for f in graph_def.library.function}
+    skip = _skip_branch_functions(library, graph_def)
+    assert skip, "no cond found"
+    return collections.Counter(
+        [x.op for x in graph_def.node] + [
+            x.op for name, f in library.items() if name not in skip
+            for x in f.node_def])
+
+
 def _skip_branch_functions(library: Dict[str, Any], graph_def: Any) -> Set[str]:
     """The functions of every cond's false (skip) branch, and what they call."""
     names: Set[str] = set()
@@ -192,15 +206,7 @@ def _finite_path_ops(n: int, record: bool) -> collections.Counter:
     if not record:  # The step as it was before the record existed.
         opt._skip_recorder = lambda grads, variables: None
     step = tf.function(lambda grads: opt.apply(grads, variables))
-    graph_def = step.get_concrete_function(
-        [tf.TensorSpec([3])] * n).graph.as_graph_def()
-    library = {f.signature.name: f for f in graph_def.library.function}
-    skip = _skip_branch_functions(library, graph_def)
-    assert skip, "no cond found"
-    return collections.Counter(
-        [x.op for x in graph_def.node] + [
-            x.op for name, f in library.items() if name not in skip
-            for x in f.node_def])
+    return ops_outside_the_skip_branch(step, n)
 
 
 def test_the_finite_path_gains_no_op_per_variable():

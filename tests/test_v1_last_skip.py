@@ -126,7 +126,7 @@ def test_in_a_session_graph_there_is_no_record_and_no_variable_of_ours():
 
 def _finite_path_ops(n: int, record: bool, monkeypatch) -> collections.Counter:
     """The op types of a traced step of `n` variables, skip branch aside."""
-    from test_skip_record import _skip_branch_functions
+    from test_skip_record import ops_outside_the_skip_branch
 
     monkeypatch.setattr(v1_skip_record.V1SkipRecord, "available",
                         staticmethod(lambda: record))
@@ -134,15 +134,7 @@ def _finite_path_ops(n: int, record: bool, monkeypatch) -> collections.Counter:
     opt = _optimizer()
     step = tf.function(lambda grads: opt.apply_gradients(
         list(zip(grads, variables))) and None)
-    graph_def = step.get_concrete_function(
-        [tf.TensorSpec([3])] * n).graph.as_graph_def()
-    library = {f.signature.name: f for f in graph_def.library.function}
-    skip = _skip_branch_functions(library, graph_def)
-    assert skip, "no cond found"
-    return collections.Counter(
-        [x.op for x in graph_def.node] + [
-            x.op for name, f in library.items() if name not in skip
-            for x in f.node_def])
+    return ops_outside_the_skip_branch(step, n)
 
 
 def test_the_finite_path_gains_no_op_per_variable(monkeypatch):
