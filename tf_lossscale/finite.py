@@ -71,6 +71,7 @@ __all__ = [
     "all_finite",
     "check_unscaled",
     "divides_where_used",
+    "kinds_of",
     "undivided",
     "unscale_all",
     "unscale_and_check",
@@ -138,6 +139,7 @@ def all_finite(grads: Any, *, jit_compile: Optional[bool] = None
 
 
 divides_where_used = finite_xla.divides_where_used
+kinds_of = finite_xla.kinds_of
 undivided = finite_xla.undivided
 
 

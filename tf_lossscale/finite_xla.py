@@ -43,8 +43,8 @@ from tf_lossscale._numerics import (
     rebuild,
 )
 
-__all__ = ["compiled_whole", "divides_where_used", "runtime_scale",
-           "undivided", "unscale", "verdict"]
+__all__ = ["compiled_whole", "divides_where_used", "kinds_of",
+           "runtime_scale", "undivided", "unscale", "verdict"]
 
 
 def compiled_whole(jit_compile: Optional[bool]) -> bool:
@@ -85,7 +85,11 @@ def unscale(grads: List[Any], values: List[Optional[tf.Tensor]],
 
 def verdict(values: List[tf.Tensor], scale: Optional[tf.Tensor]
             ) -> tf.Tensor:
-    """True iff every `divide(v, scale)` (every `v` if no scale) is finite."""
+    """True iff every `divide(v, scale)` (every `v` if no scale) is finite.
+
+    The exact branch also finds each value's kind (`kinds_of`), which a
+    skipped step's record reads instead of reading every gradient again.
+    """
     wide = [v for v in values if v.dtype not in NARROW]
     probes = [is_finite(v) for v in values if v.dtype in NARROW]
     if wide:
@@ -94,27 +98,105 @@ def verdict(values: List[tf.Tensor], scale: Optional[tf.Tensor]
     fast = all_of(probes)
     if scale is not None:
         fast = tf.logical_and(fast, scale >= 1.0)
-    return tf.cond(fast, lambda: fast, lambda: _exact(values, scale))
+    finite, kinds = tf.cond(
+        fast, lambda: (fast, tf.zeros([len(values)], tf.int32)),
+        lambda: _exact(values, scale))
+    _remember_kinds(values, kinds)
+    return finite
 
 
 def _exact(values: List[tf.Tensor], scale: Optional[tf.Tensor]
-           ) -> tf.Tensor:
-    """`verdict`, exactly: the largest quotient per dtype is finite."""
-    by_dtype: Dict[tf.DType, List[tf.Tensor]] = {}
-    for v in values:
-        if v.shape.num_elements() == 0:
-            continue
-        inf = tf.constant(float("inf"), v.dtype)
-        top = tf.reduce_max(tf.where(tf.math.is_nan(v), inf, tf.abs(v)))
-        by_dtype.setdefault(v.dtype, []).append(top)
-    checks = []
-    for dtype, tops in by_dtype.items():
-        # An empty tensor of unknown size reduces to -inf: count it as 0.
-        top = tf.maximum(tf.reduce_max(tf.stack(tops)), tf.zeros([], dtype))
+           ) -> Tuple[tf.Tensor, tf.Tensor]:
+    """`verdict`, exactly, and each value's kind (see `kinds_of`).
+
+    Per value: whether it holds a NaN, and its largest magnitude (NaN as
+    +Inf: XLA's CPU max drops NaN) divided as every element is; all of
+    `v / scale` is finite iff that quotient is, since rounding is monotonic.
+    """
+    order: Dict[tf.DType, List[int]] = {}
+    for i, v in enumerate(values):
+        order.setdefault(v.dtype, []).append(i)
+    checks, codes, positions = [], [], []
+    axes: Dict[int, tf.Tensor] = {}  # shared: one constant per rank
+    for dtype, members in order.items():
+        inf = tf.constant(float("inf"), dtype)
+        tops, nans = zip(*(_top_and_nan(values[i], inf, axes)
+                           for i in members))
+        top = tf.stack(tops)
         if scale is not None:
             top = divide(top, scale, tf.math.divide)
-        checks.append(tf.math.is_finite(top))
-    return all_of(checks) if checks else tf.constant(True)
+        bad = tf.logical_not(tf.math.is_finite(top))
+        checks.append(tf.logical_not(tf.reduce_any(bad)))
+        codes.append(tf.where(tf.stack(nans), _NAN,
+                              tf.where(bad, _INF, 0)))
+        positions += members
+    kinds = tf.concat(codes, 0) if len(codes) > 1 else codes[0]
+    if positions != sorted(positions):  # back into the values' order
+        kinds = tf.gather(kinds, [positions.index(i)
+                                  for i in range(len(values))])
+    return all_of(checks), kinds
+
+
+def _top_and_nan(v: tf.Tensor, inf: tf.Tensor, axes: Dict[int, tf.Tensor]
+                 ) -> Tuple[tf.Tensor, tf.Tensor]:
+    """max|v| (NaN as +Inf, an empty tensor as 0) and whether v has a NaN.
+
+    Five ops for a tensor of known size: each costs tracing and compiling
+    time in every step function, so the constants are shared.
+    """
+    size = v.shape.num_elements()
+    if size == 0:
+        return tf.zeros([], v.dtype), tf.constant(False)
+    rank = v.shape.rank
+    axis = None
+    if rank is not None:
+        if rank not in axes:
+            axes[rank] = tf.constant(list(range(rank)), tf.int32)
+        axis = axes[rank]
+    nan = tf.math.is_nan(v)
+    top = tf.reduce_max(tf.where(nan, inf, tf.abs(v)), axis)
+    if size is None:  # empty at run time reduces to -inf: count it as 0
+        top = tf.maximum(top, tf.zeros([], v.dtype))
+    return top, tf.reduce_any(nan, axis)
+
+
+# Kinds: 0 finite, 1 holds a NaN, 2 holds an Inf (or its quotient
+# overflows) and no NaN.
+_NAN, _INF = 1, 2
+
+# id of each value `verdict` checked -> (a weak reference to it, the kinds
+# tensor of its check, its position there).
+_KINDS: Dict[int, Tuple[Any, tf.Tensor, int]] = {}
+
+
+def _remember_kinds(values: List[tf.Tensor], kinds: tf.Tensor) -> None:
+    for position, value in enumerate(values):
+        key = id(value)
+        ref = weakref.ref(value, lambda _, key=key: _KINDS.pop(key, None))
+        _KINDS[key] = (ref, kinds, position)
+
+
+def kinds_of(values: Sequence[tf.Tensor]) -> Optional[tf.Tensor]:
+    """The kinds `verdict` found for `values` (int32, one per value), or None.
+
+    Per value: 0 if `v / scale` is all finite, 1 if `v` holds a NaN, 2 if
+    it holds an Inf or its quotient overflows. They are zeros wherever the
+    check passed without its exact branch (all finite); None when any of
+    `values` was not checked by `verdict` in this program.
+    """
+    found = []
+    for value in values:
+        entry = _KINDS.get(id(value))
+        if entry is None or entry[0]() is not value:
+            return None
+        found.append(entry[1:])
+    if not found:
+        return None
+    sources = list({id(k): k for k, _ in found}.values())
+    if len(sources) == 1 and [p for _, p in found] == list(
+            range(int(sources[0].shape[0]))):
+        return sources[0]
+    return tf.stack([kinds[position] for kinds, position in found])
 
 
 # id of each dense quotient `unscale` made -> (a weak reference to it, the

@@ -79,9 +79,9 @@ class GradientMarks:
             self._here().scaled_loss = True
 
     def unscaled(self, inputs: Sequence[Any], outputs: Sequence[Any],
-                 verdict: tf.Tensor) -> None:
+                 verdict: Optional[tf.Tensor]) -> None:
         """Records that `inputs` were unscaled here into `outputs`, which
-        are all finite iff `verdict`."""
+        are all finite iff `verdict` (None: not computed)."""
         with self._lock:
             self.ever_unscaled = True
             place = self._here()

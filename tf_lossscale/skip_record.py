@@ -29,6 +29,8 @@ from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
+from tf_lossscale import finite
+
 __all__ = [
     "MAX_NAMED", "RecordVariables", "SkipRecord", "SkipStreakError",
     "make_variables", "read", "record_replicas", "recorder", "scale_text"]
@@ -163,15 +165,26 @@ def make_variables() -> RecordVariables:
 
 
 def _kinds(grads: Sequence[Any]) -> tf.Tensor:
-    """Per present gradient: 0 finite, 1 has a NaN, 2 has an Inf (no NaN)."""
+    """Per present gradient: 0 finite, 1 has a NaN, 2 has an Inf (no NaN).
+
+    Under XLA the step's check found them already (`finite.kinds_of`): one
+    small tensor, instead of reading every gradient again here.
+    """
+    known = finite.kinds_of([_values(g) for g in grads])
+    if known is not None:
+        return known
     codes = []
     for grad in grads:
-        values = grad.values if isinstance(grad, tf.IndexedSlices) else grad
+        values = _values(grad)
         nan = tf.reduce_any(tf.math.is_nan(values))
         inf = tf.reduce_any(tf.math.is_inf(values))
         codes.append(tf.where(nan, _NAN, tf.where(inf, _INF, 0)))
     # int32 codes: tf.where of Python ints gives int32.
     return tf.stack(codes) if codes else tf.zeros([0], tf.int32)
+
+
+def _values(grad: Any) -> Any:
+    return grad.values if isinstance(grad, tf.IndexedSlices) else grad
 
 
 def _local_summary(grads: Sequence[Any]) -> tf.Tensor:
