@@ -29,7 +29,7 @@ in the optimized HLO of a compiled step (benchmarks/hlo_step.py):
 from __future__ import annotations
 
 import weakref
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -171,9 +171,15 @@ _KINDS: Dict[int, Tuple[Any, tf.Tensor, int]] = {}
 
 def _remember_kinds(values: List[tf.Tensor], kinds: tf.Tensor) -> None:
     for position, value in enumerate(values):
-        key = id(value)
-        ref = weakref.ref(value, lambda _, key=key: _KINDS.pop(key, None))
-        _KINDS[key] = (ref, kinds, position)
+        _KINDS[id(value)] = (weakref.ref(value, _forget(id(value))), kinds,
+                             position)
+
+
+def _forget(key: int) -> Callable[[Any], None]:
+    """The callback that drops `key`'s entry when its value goes."""
+    def forget(_: Any) -> None:
+        _KINDS.pop(key, None)
+    return forget
 
 
 def kinds_of(values: Sequence[tf.Tensor]) -> Optional[tf.Tensor]:
