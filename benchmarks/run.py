@@ -38,7 +38,8 @@ from report import report  # noqa: E402
 from targets import targets, xla_targets  # noqa: E402
 
 
-def run_worker(keras: str, mode: str, workloads: str) -> Optional[dict]:
+def run_worker(keras: str, mode: str, workloads: str,
+               record_cost: bool = False) -> Optional[dict]:
     """Runs worker.py for one Keras; its JSON, or None if it failed."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("TF_USE_LEGACY_KERAS", None)
@@ -49,7 +50,8 @@ def run_worker(keras: str, mode: str, workloads: str) -> Optional[dict]:
         out = Path(tmp) / "result.json"
         code = subprocess.call(
             [sys.executable, str(HERE / "worker.py"), "--keras", keras,
-             "--mode", mode, "--workloads", workloads, "--out", str(out)],
+             "--mode", mode, "--workloads", workloads, "--out", str(out)]
+            + (["--record-cost"] if record_cost else []),
             env=env, cwd=str(HERE))
         if code != 0 or not out.exists():
             print(f"benchmark worker for {keras} failed (exit {code})",
@@ -72,6 +74,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                         "are a and b compiled with XLA)")
     parser.add_argument("--xla", action="store_true",
                         help="only the XLA workloads (e, f): a few minutes")
+    parser.add_argument("--record-cost", action="store_true",
+                        help="also time ours without the skip record (the "
+                        "step before issue 22) in every workload")
     args = parser.parse_args(argv)
     if args.xla:
         args.workloads = "ef"
@@ -79,8 +84,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     estimates.use_resamples(common.MODES[mode].resamples)
     start = time.perf_counter()
     load = {"before": common.load_average()}
-    k3 = run_worker("keras3", mode, args.workloads)
-    tk = run_worker("tf_keras", mode, args.workloads)
+    k3 = run_worker("keras3", mode, args.workloads, args.record_cost)
+    tk = run_worker("tf_keras", mode, args.workloads, args.record_cost)
     load["after"] = common.load_average()
     seconds = time.perf_counter() - start
     text = report(k3, tk, mode, load, seconds)

@@ -33,6 +33,7 @@ LABELS = {
     "keras3": "Keras 3: its LossScaleOptimizer",
     "ours": "Keras 3: tf_lossscale",
     "ours documented": "Keras 3: tf_lossscale, documented flow",
+    "ours, no record": "Keras 3: tf_lossscale without the skip record",
     "keras3 skipped": "Keras 3: its LossScaleOptimizer, every step skipped",
     "ours skipped": "Keras 3: tf_lossscale, every step skipped",
     "one read": "Keras 3 process: one read of all gradients (limit)",
@@ -44,6 +45,8 @@ LABELS = {
     "tf_keras": "tf_keras: its LossScaleOptimizer *",
     "tf_keras:ours": "tf_keras: tf_lossscale *",
     "tf_keras:ours documented": "tf_keras: tf_lossscale, documented flow *",
+    "tf_keras:ours, no record": "tf_keras: tf_lossscale without the skip "
+                                "record *",
     "tf_keras skipped": "tf_keras: its LossScaleOptimizer, every step "
                         "skipped *",
     "tf_keras:ours skipped": "tf_keras: tf_lossscale, every step skipped *",
@@ -60,6 +63,10 @@ LABELS_B = {
                        "`apply_gradients`)",
     "tf_keras": "tf_keras: its LossScaleOptimizer, documented flow *",
     "tf_keras:ours documented": "tf_keras: tf_lossscale, documented flow *",
+    "ours, no record": "Keras 3: tf_lossscale without the skip record, "
+                       "Keras 3 flow",
+    "tf_keras:ours, no record": "tf_keras: tf_lossscale without the skip "
+                                "record, documented flow *",
 }
 LABELS_C = {
     "keras3": "Keras 3: `check_finite` + a divide per tensor",

@@ -37,6 +37,7 @@ def _parse(argv: List[str]) -> argparse.Namespace:
     parser.add_argument("--mode", default="quick")
     parser.add_argument("--workloads", default="abcdef")
     parser.add_argument("--out", required=True)
+    parser.add_argument("--record-cost", action="store_true")
     return parser.parse_args(argv)
 
 
@@ -51,6 +52,7 @@ if __name__ == "__main__":
 import tensorflow as tf  # noqa: E402
 
 import common  # noqa: E402
+import rows  # noqa: E402
 import workload_check  # noqa: E402
 import workload_fit  # noqa: E402
 import workload_loop  # noqa: E402
@@ -89,6 +91,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
 
 def main() -> int:
     assert ARGS is not None, "run as a script"
+    rows.WITH_NO_RECORD_ROW = ARGS.record_cost
     result = run(ARGS)
     with open(ARGS.out, "w") as f:
         json.dump(result, f, indent=1)

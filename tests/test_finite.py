@@ -339,7 +339,7 @@ def test_bench_harness_runs_every_workload_and_prints_a_table(tmp_path):
     out = tmp_path / "bench.json"
     done = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "run.py"), "--mode",
-         "tiny", "--json", str(out)],
+         "tiny", "--json", str(out), "--record-cost"],
         capture_output=True, text=True, timeout=600,
         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     assert done.returncode == 0, done.stderr[-3000:]
@@ -375,6 +375,13 @@ def test_bench_harness_runs_every_workload_and_prints_a_table(tmp_path):
             result[keras]["f"]["rows"])
     assert any(t["target"].startswith("(e) Keras 3, SGD")
                for t in result["xla_targets"])
+    # --record-cost: ours without the skip record, beside ours.
+    for keras in ("keras3", "tf_keras"):
+        for rows in (result[keras]["a"]["SGD"]["rows"],
+                     result[keras]["e"]["SGD"]["rows"],
+                     result[keras]["b"]["rows"], result[keras]["f"]["rows"]):
+            assert {"ours, no record"} <= set(rows)
+    assert "tf_lossscale without the skip record" in done.stdout
 
 
 def test_bench_outside_a_checkout_says_the_suite_is_missing(tmp_path):

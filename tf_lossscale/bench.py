@@ -23,7 +23,8 @@ def find_suite() -> Optional[Path]:
     return candidate if candidate.is_file() else None
 
 
-def run(quick: bool, json_path: Optional[str], xla: bool = False) -> int:
+def run(quick: bool, json_path: Optional[str], xla: bool = False,
+        record_cost: bool = False) -> int:
     """Runs the suite; prints its markdown report. Returns the exit code.
 
     Args:
@@ -32,6 +33,8 @@ def run(quick: bool, json_path: Optional[str], xla: bool = False) -> int:
       json_path: if given, every number is also written there as JSON.
       xla: only the rows compiled with XLA (`jit_compile=True`, Keras 3's
         default for `fit` on a GPU): a few minutes.
+      record_cost: also time ours without the skip record, in every
+        workload (what the record costs, in one run).
     """
     suite = find_suite()
     if suite is None:
@@ -47,6 +50,8 @@ def run(quick: bool, json_path: Optional[str], xla: bool = False) -> int:
         argv.append("--quick")
     if xla:
         argv.append("--xla")
+    if record_cost:
+        argv.append("--record-cost")
     if json_path:
         argv += ["--json", str(Path(json_path).resolve())]
     return subprocess.call(argv)

@@ -114,7 +114,8 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _bench(args: argparse.Namespace) -> int:
     from tf_lossscale import bench
-    return bench.run(quick=args.quick, json_path=args.json, xla=args.xla)
+    return bench.run(quick=args.quick, json_path=args.json, xla=args.xla,
+                     record_cost=args.record_cost)
 
 
 def _migrate(args: argparse.Namespace) -> int:
@@ -148,6 +149,10 @@ def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
     bench.add_argument("--xla", action="store_true",
                        help="only the rows compiled with XLA (jit_compile="
                        "True, Keras 3's default for fit on a GPU)")
+    bench.add_argument("--record-cost", action="store_true",
+                       help="also time tf_lossscale without its skip record "
+                       "(what LossScaleOptimizer.last_skip reads), to show "
+                       "what the record costs")
     bench.add_argument("--json", default=None, metavar="PATH",
                        help="also write the results as JSON to PATH")
     bench.set_defaults(run=_bench)
