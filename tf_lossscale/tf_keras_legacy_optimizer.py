@@ -31,9 +31,10 @@ it:
 The step is `step.loss_scaled_step`, through `LossScaleOptimizer._step`,
 shared with every flavour; so are the deliberate differences of API.md
 section 0 (a non-finite step changes nothing with a fixed scale too, the
-knobs, `skipped_steps`). tf_keras' warning about missing scaling methods is
-`tf_keras_optimizer.ScalingWarnings`, shared with the current family's
-flavour.
+knobs, `skipped_steps`). tf_keras' warning about missing scaling methods
+(`ScalingWarnings`) and the other checks are `tf_keras_checks`'s, the
+`loss_scale` child is `tf_keras_loss_scale_state`'s, both shared with the
+current family's flavour.
 
 `TfKerasLegacyExperimentalLossScaleOptimizer` is the deprecated
 `experimental.LossScaleOptimizer(optimizer, loss_scale)` for this family.
@@ -54,6 +55,8 @@ from tf_lossscale import (
     _tf_private,
     distribute,
     experimental,
+    tf_keras_checks,
+    tf_keras_loss_scale_state,
     tf_keras_optimizer,
 )
 from tf_lossscale import optimizer as optimizer_lib
@@ -93,7 +96,7 @@ def _check_inner(inner_optimizer: Any, flavour: type) -> None:
             "`tf.keras.optimizers.Optimizer` can be passed (TF <= 2.10's "
             "name of tf_keras' legacy family, tf_keras.optimizers.legacy."
             "Optimizer)")
-    tf_keras_optimizer.reject_already_wrapped(inner_optimizer)
+    tf_keras_checks.reject_already_wrapped(inner_optimizer)
 
 
 class _SlotRestorer(_tf_private.Trackable):
@@ -120,7 +123,7 @@ class _SlotRestorer(_tf_private.Trackable):
 
 
 class TfKerasLegacyLossScaleOptimizer(
-        tf_keras_optimizer.ScalingWarnings,
+        tf_keras_checks.ScalingWarnings,
         _TfKerasLossScaleOptimizerV2,
         _tf_private.DelegatingTrackableMixin,
         tf_keras.optimizers.legacy.Optimizer,
@@ -176,7 +179,7 @@ class TfKerasLegacyLossScaleOptimizer(
         self.inner_optimizer = inner_optimizer
         self._name = name or "LossScaleOptimizer"
         self._init_loss_scaling(settings)
-        variables = tf_keras_optimizer.track_loss_scale_state(
+        variables = tf_keras_loss_scale_state.track_loss_scale_state(
             inner_optimizer, settings)
         self._set_scale_variables(variables)
         for variable in variables:
@@ -388,7 +391,7 @@ class TfKerasLegacyLossScaleOptimizer(
         """
         distribute.check_supported_strategy("LossScaleOptimizer")
         self._warn_about_scaling()
-        pairs = tf_keras_optimizer.checked_pairs(grads_and_vars)
+        pairs = tf_keras_checks.checked_pairs(grads_and_vars)
         if not pairs:
             self._marks.take([])
             return tf.no_op()
