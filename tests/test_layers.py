@@ -121,6 +121,12 @@ def test_the_cycle_finder_finds_a_cycle():
     ("tf_lossscale.skip_record", "tf_lossscale.optimizer"),
     ("tf_lossscale.skip_record", "tf_lossscale.step"),
     ("tf_lossscale.skip_reporting", "tf_lossscale.monitor"),
+    # What both tf_keras flavours share imports neither.
+    ("tf_lossscale.tf_keras_checks", "tf_lossscale.tf_keras_optimizer"),
+    ("tf_lossscale.tf_keras_loss_scale_state",
+     "tf_lossscale.tf_keras_optimizer"),
+    ("tf_lossscale.tf_keras_legacy_delegation", "tf_lossscale.optimizer"),
+    ("tf_lossscale.keras_arguments", "tf_lossscale.optimizer"),
 ])
 def test_lower_layers_do_not_import_upper_ones(lower, upper):
     reachable, todo = set(), [lower]

@@ -67,6 +67,14 @@ def _legacy_keras() -> bool:
 def _load() -> None:
     """Imports the public names and wires the flavours."""
     optimizer = _importlib.import_module("tf_lossscale.optimizer")
+    # Before the flavours, which import it (`from tf_lossscale import
+    # experimental`): were it missing then, that import would reach
+    # `__getattr__` and run `_load` again from inside a flavour's import,
+    # where `hasattr` hides the failure of a nested import of another
+    # flavour that saw this one half made, leaving that other flavour's
+    # class registered twice.
+    globals()["experimental"] = _importlib.import_module(
+        "tf_lossscale.experimental")
     for package, modules in _FLAVOURS.items():
         for module in modules:
             optimizer.add_flavour_loader(package, module)
@@ -77,8 +85,6 @@ def _load() -> None:
             _importlib.import_module(module)
     for name, home in _HOMES.items():
         globals()[name] = getattr(_importlib.import_module(home), name)
-    globals()["experimental"] = _importlib.import_module(
-        "tf_lossscale.experimental")
 
 
 def _running_own_cli() -> bool:

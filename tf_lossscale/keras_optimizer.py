@@ -9,7 +9,8 @@ section 0): replicas agree on the verdict before any variable changes, a
 non-finite step is skipped with a fixed scale too, `iterations` advances on
 skipped steps, the scale has a floor and never grows to inf, `dynamic=False`
 works, and the documented `get_scaled_loss` / `get_unscaled_gradients` flow
-works beside `scale_loss`.
+works beside `scale_loss`. Its constructor reads Keras 3 code's positionals
+too and refuses Keras' base-optimizer arguments: `keras_arguments`.
 
 `KerasExperimentalLossScaleOptimizer` is the deprecated
 `experimental.LossScaleOptimizer(optimizer, loss_scale)` for Keras 3.
@@ -25,12 +26,11 @@ import keras
 import tensorflow as tf
 
 from tf_lossscale import (
-    _checks,
     _tf_private,
-    config_conversion,
     distribute,
     experimental,
     gradient_check,
+    keras_arguments,
 )
 from tf_lossscale import finite as finite_lib
 from tf_lossscale import optimizer as optimizer_lib
@@ -88,91 +88,6 @@ def _check_inner(inner_optimizer: Any, flavour: type) -> None:
             ">= 2.16) can be passed")
 
 
-def _check_base_arguments(kwargs: Dict[str, Any]) -> None:
-    """Refuses Keras' base-optimizer arguments, as Keras' class does.
-
-    At their defaults they are accepted (Keras' own configs may hold them);
-    otherwise they belong on the inner optimizer.
-
-    Raises:
-      ValueError: a base-optimizer argument away from its default, or an
-        argument no optimizer takes.
-    """
-    if "loss_scale" in kwargs:
-        raise ValueError(
-            "LossScaleOptimizer does not support `loss_scale` (TF 2.1-2.3's "
-            f"spelling); got loss_scale={kwargs['loss_scale']!r}. Use "
-            "tf_lossscale.experimental.LossScaleOptimizer(optimizer, "
-            "loss_scale), or spell it here: 'dynamic' is dynamic=True, a "
-            "number v is dynamic=False, initial_scale=v.")
-    for name, default in config_conversion.KERAS_BASE_OPTIMIZER_DEFAULTS.items():
-        if name in kwargs and kwargs.pop(name) != default:
-            raise ValueError(
-                f"LossScaleOptimizer does not support `{name}`. Instead, set "
-                f"`{name}` on the `inner_optimizer`.")
-    if kwargs:
-        raise ValueError(
-            "LossScaleOptimizer does not support arguments: "
-            f"`{'`, `'.join(kwargs)}`. It takes inner_optimizer, "
-            "dynamic, initial_scale, dynamic_growth_steps, name and the knobs "
-            f"{sorted(settings_lib.KNOB_DEFAULTS)}.")
-
-
-# The positional arguments after the inner optimizer, in TensorFlow's
-# documented signature (which this class has) and in Keras 3's.
-_TF_POSITIONALS = ("dynamic", "initial_scale", "dynamic_growth_steps", "name")
-_KERAS3_POSITIONALS = ("initial_scale", "dynamic_growth_steps", "name")
-
-
-def _bind_positionals(args: Tuple[Any, ...], kwargs: Dict[str, Any]
-                      ) -> Dict[str, Any]:
-    """Names the positional arguments as the signature they were written for.
-
-    TensorFlow's signature has `dynamic` (a bool) second; Keras 3's,
-    `(inner_optimizer, initial_scale=2**15, dynamic_growth_steps=2000,
-    name=None)`, has `initial_scale`. A number second can only be Keras 3's
-    reading, so Keras 3 code `LossScaleOptimizer(opt, 1024)` means dynamic
-    scaling from 1024, as in Keras 3; a bool second (or none) is
-    TensorFlow's reading.
-
-    Raises:
-      NotANumberError: the second argument is neither a bool nor a number
-        (a TypeError, as for TensorFlow's `dynamic`, and a ValueError, as
-        for Keras 3's `initial_scale`).
-      TypeError: too many positional arguments, or one given twice.
-    """
-    if not args:
-        return kwargs
-    first = args[0]
-    keras3 = not isinstance(first, bool) and _checks.is_real(
-        _checks.as_python_scalar(first))
-    if not keras3 and not isinstance(first, bool):
-        raise _checks.NotANumberError(
-            '"dynamic" argument to LossScaleOptimizer.__init__ must be a '
-            f"bool, but got: {first!r}. dynamic must be a bool (TensorFlow's "
-            "signature), or else the second argument is Keras 3's "
-            f"initial_scale, a number; got {first!r} of type "
-            f"{type(first).__name__}, which is neither. To pass a legacy "
-            "loss_scale such as 'dynamic' or 128, use tf_lossscale."
-            "experimental.LossScaleOptimizer(optimizer, loss_scale).")
-    names = _KERAS3_POSITIONALS if keras3 else _TF_POSITIONALS
-    if len(args) > len(names):
-        raise TypeError(
-            f"LossScaleOptimizer takes at most {len(names) + 1} positional "
-            f"arguments (inner_optimizer, {', '.join(names)}); got "
-            f"{len(args) + 1}.")
-    bound = dict(zip(names, args))
-    twice = sorted(set(bound) & set(kwargs))
-    if twice:
-        raise TypeError(
-            f"LossScaleOptimizer got multiple values for {twice}: the "
-            f"positional arguments read as {names[:len(args)]}.")
-    if keras3:
-        # Keras 3 reads a `dynamic` keyword beside it; it is checked as ours.
-        bound["dynamic"] = kwargs.pop("dynamic", True)
-    return {**kwargs, **bound}
-
-
 class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
                               KerasTelemetryFile,
                               keras.mixed_precision.LossScaleOptimizer,
@@ -188,7 +103,8 @@ class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
     def __init__(self, inner_optimizer: keras.optimizers.Optimizer,
                  *args: Any, **kwargs: Any) -> None:
         # TensorFlow's signature (see `_init`), or Keras 3's positionals.
-        self._init(inner_optimizer, **_bind_positionals(args, kwargs))
+        self._init(inner_optimizer,
+                   **keras_arguments.bind_positionals(args, kwargs))
 
     def _init(self, inner_optimizer: keras.optimizers.Optimizer,
               dynamic: bool = True, initial_scale: Optional[float] = None,
@@ -208,7 +124,7 @@ class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
             hysteresis=hysteresis,
             max_consecutive_skips=max_consecutive_skips,
             save_telemetry=save_telemetry)
-        _check_base_arguments(kwargs)
+        keras_arguments.check_base_arguments(kwargs)
         distribute.check_supported_strategy("LossScaleOptimizer")
         # Keras' base constructor, not Keras' LossScaleOptimizer's, which
         # rejects dynamic=False and stores plain attributes. One default

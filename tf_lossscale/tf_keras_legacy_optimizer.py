@@ -19,7 +19,8 @@ it:
 - `weights`, `get_weights`, `set_weights` and `variables()` are the inner
   optimizer's (an h5 file keeps no loss scale, as with tf_keras' wrapper);
 - every hyperparameter of the inner optimizer (`lr`, `learning_rate`, any
-  name in its `_hyper`) and its clipping attributes read and write through;
+  name in its `_hyper`) and its clipping attributes read and write through
+  (these two: `tf_keras_legacy_delegation.OptimizerV2Delegation`, a base);
 - `apply_gradients(grads_and_vars, name, experimental_aggregate_gradients)`
   sums the gradients across replicas with the inner optimizer's own
   `gradient_aggregator` before the finiteness check, and the inner
@@ -31,9 +32,10 @@ it:
 The step is `step.loss_scaled_step`, through `LossScaleOptimizer._step`,
 shared with every flavour; so are the deliberate differences of API.md
 section 0 (a non-finite step changes nothing with a fixed scale too, the
-knobs, `skipped_steps`). tf_keras' warning about missing scaling methods is
-`tf_keras_optimizer.ScalingWarnings`, shared with the current family's
-flavour.
+knobs, `skipped_steps`). tf_keras' warning about missing scaling methods
+(`ScalingWarnings`) and the other checks are `tf_keras_checks`'s, the
+`loss_scale` child is `tf_keras_loss_scale_state`'s, both shared with the
+current family's flavour.
 
 `TfKerasLegacyExperimentalLossScaleOptimizer` is the deprecated
 `experimental.LossScaleOptimizer(optimizer, loss_scale)` for this family.
@@ -42,7 +44,7 @@ flavour.
 from __future__ import annotations
 
 import copy
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 import tf_keras
@@ -54,25 +56,21 @@ from tf_lossscale import (
     _tf_private,
     distribute,
     experimental,
+    tf_keras_checks,
+    tf_keras_loss_scale_state,
     tf_keras_optimizer,
 )
 from tf_lossscale import optimizer as optimizer_lib
 from tf_lossscale import settings as settings_lib
-from tf_lossscale.optimizer import InnerAttribute
+from tf_lossscale.tf_keras_legacy_delegation import (
+    GradsAndVars,
+    OptimizerV2Delegation,
+)
 
 __all__ = [
-    "ATTRIBUTES",
     "TfKerasLegacyExperimentalLossScaleOptimizer",
     "TfKerasLegacyLossScaleOptimizer",
 ]
-
-# Settings of the built-in legacy optimizers that they keep as plain
-# attributes, not in `_hyper`; they read and write through too (API.md
-# section 0: hyperparameters of the inner optimizer read through, which
-# tf_keras' wrapper does for `_hyper` names only).
-ATTRIBUTES = ("amsgrad", "centered", "epsilon", "nesterov")
-
-GradsAndVars = Iterable[Tuple[Any, Any]]
 
 
 def _is_legacy_optimizer(inner_optimizer: Any) -> bool:
@@ -93,7 +91,7 @@ def _check_inner(inner_optimizer: Any, flavour: type) -> None:
             "`tf.keras.optimizers.Optimizer` can be passed (TF <= 2.10's "
             "name of tf_keras' legacy family, tf_keras.optimizers.legacy."
             "Optimizer)")
-    tf_keras_optimizer.reject_already_wrapped(inner_optimizer)
+    tf_keras_checks.reject_already_wrapped(inner_optimizer)
 
 
 class _SlotRestorer(_tf_private.Trackable):
@@ -120,7 +118,8 @@ class _SlotRestorer(_tf_private.Trackable):
 
 
 class TfKerasLegacyLossScaleOptimizer(
-        tf_keras_optimizer.ScalingWarnings,
+        OptimizerV2Delegation,
+        tf_keras_checks.ScalingWarnings,
         _TfKerasLossScaleOptimizerV2,
         _tf_private.DelegatingTrackableMixin,
         tf_keras.optimizers.legacy.Optimizer,
@@ -138,9 +137,10 @@ class TfKerasLegacyLossScaleOptimizer(
     It derives from tf_keras' own wrapper of this family (a private class)
     only for the `isinstance` tests of tf_keras' TF1 training loops, which
     otherwise wrap it again. Everything that class defines is overridden
-    here, in `ScalingWarnings` or in `tf_lossscale.LossScaleOptimizer`, but
-    `__getattribute__` (its fallback ends in this `__getattr__`) and
-    `_apply_gradients` (which only its own `apply_gradients` calls).
+    here, in `OptimizerV2Delegation`, in `ScalingWarnings` or in
+    `tf_lossscale.LossScaleOptimizer`, but `__getattribute__` (its fallback
+    ends in `OptimizerV2Delegation.__getattr__`) and `_apply_gradients`
+    (which only its own `apply_gradients` calls).
     """
 
     # A plain attribute per instance; this shadows tf_keras' abstract
@@ -176,7 +176,7 @@ class TfKerasLegacyLossScaleOptimizer(
         self.inner_optimizer = inner_optimizer
         self._name = name or "LossScaleOptimizer"
         self._init_loss_scaling(settings)
-        variables = tf_keras_optimizer.track_loss_scale_state(
+        variables = tf_keras_loss_scale_state.track_loss_scale_state(
             inner_optimizer, settings)
         self._set_scale_variables(variables)
         for variable in variables:
@@ -188,153 +188,6 @@ class TfKerasLegacyLossScaleOptimizer(
                                 _SlotRestorer(inner_optimizer),
                                 "base_optimizer")
         _tf_private.mark_wrapped_by_loss_scale_optimizer(inner_optimizer)
-
-    # Hyperparameters, as tf_keras' wrapper delegates them: a name the
-    # wrapper does not have itself and the inner optimizer keeps in its
-    # `_hyper` reads (`_get_hyper`) and writes (`_set_hyper`) there.
-
-    def _inner_hyper(self) -> Dict[str, Any]:
-        inner = self.__dict__.get("inner_optimizer")
-        hyper = getattr(inner, "_hyper", None) if inner is not None else None
-        return hyper if isinstance(hyper, dict) else {}
-
-    def __getattr__(self, name: str) -> Any:
-        # Reached only when the wrapper has no attribute `name`.
-        if not name.startswith("__") and name in self._inner_hyper():
-            return self.inner_optimizer._get_hyper(name)
-        raise AttributeError(
-            f"'{type(self).__name__}' object has no attribute '{name}'")
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name == "lr":
-            name = "learning_rate"
-        if (name in self._inner_hyper() and not hasattr(type(self), name)
-                and name not in self.__dict__):
-            self.inner_optimizer._set_hyper(name, value)
-            return
-        # Not the bases' `__setattr__`: OptimizerV2's and tf_keras' wrapper's
-        # apply their own hyperparameter rules (the one above is theirs) to
-        # state this wrapper does not have.
-        object.__setattr__(self, name, value)
-
-    def __dir__(self) -> List[str]:
-        names = set(super().__dir__()) | set(self._inner_hyper())
-        return sorted(names)
-
-    def _set_hyper(self, name: str, value: Any) -> None:
-        self.inner_optimizer._set_hyper(name, value)
-
-    def _get_hyper(self, name: str, dtype: Any = None) -> Any:
-        return self.inner_optimizer._get_hyper(name, dtype)
-
-    @property
-    def learning_rate(self) -> Any:
-        """The inner optimizer's learning rate (a variable or a schedule)."""
-        return self.inner_optimizer.learning_rate
-
-    @learning_rate.setter
-    def learning_rate(self, value: Any) -> None:
-        self.inner_optimizer.learning_rate = value
-
-    @property
-    def lr(self) -> Any:
-        """tf_keras' old name of `learning_rate`."""
-        return self.inner_optimizer.learning_rate
-
-    @lr.setter
-    def lr(self, value: Any) -> None:
-        self.inner_optimizer.lr = value
-
-    @property
-    def clipnorm(self) -> Optional[float]:
-        """The inner optimizer's `clipnorm` (it clips what it applies)."""
-        return self.inner_optimizer.clipnorm
-
-    @clipnorm.setter
-    def clipnorm(self, value: Optional[float]) -> None:
-        self.inner_optimizer.clipnorm = value
-
-    @property
-    def global_clipnorm(self) -> Optional[float]:
-        """The inner optimizer's `global_clipnorm`."""
-        return self.inner_optimizer.global_clipnorm
-
-    @global_clipnorm.setter
-    def global_clipnorm(self, value: Optional[float]) -> None:
-        self.inner_optimizer.global_clipnorm = value
-
-    @property
-    def clipvalue(self) -> Optional[float]:
-        """The inner optimizer's `clipvalue`."""
-        return self.inner_optimizer.clipvalue
-
-    @clipvalue.setter
-    def clipvalue(self, value: Optional[float]) -> None:
-        self.inner_optimizer.clipvalue = value
-
-    # OptimizerV2's state, served by the inner optimizer.
-
-    @property
-    def iterations(self) -> Any:
-        """The inner optimizer's step count; advances on skipped steps too."""
-        return self.inner_optimizer.iterations
-
-    @iterations.setter
-    def iterations(self, variable: Any) -> None:
-        self.inner_optimizer.iterations = variable
-
-    @property
-    def weights(self) -> List[tf.Variable]:
-        """The inner optimizer's weights (the loss scale is not one)."""
-        return self.inner_optimizer.weights
-
-    def get_weights(self) -> List[Any]:
-        """The values of the inner optimizer's weights."""
-        return self.inner_optimizer.get_weights()
-
-    def set_weights(self, weights: List[Any]) -> None:
-        """Sets the inner optimizer's weights (as h5 loading does)."""
-        self.inner_optimizer.set_weights(weights)
-
-    def variables(self) -> List[tf.Variable]:
-        """The inner optimizer's variables, in the order it created them."""
-        return self.inner_optimizer.variables()
-
-    def get_slot_names(self) -> List[str]:
-        """The inner optimizer's slot names."""
-        return self.inner_optimizer.get_slot_names()
-
-    def get_slot(self, var: Any, slot_name: str) -> Any:
-        """The inner optimizer's slot `slot_name` for `var`."""
-        return self.inner_optimizer.get_slot(var, slot_name)
-
-    def add_slot(self, var: Any, slot_name: str, initializer: Any = "zeros",
-                 shape: Any = None) -> Any:
-        """Adds a slot to the inner optimizer."""
-        return self.inner_optimizer.add_slot(var, slot_name, initializer,
-                                             shape=shape)
-
-    # OptimizerV2's protocol with Keras and checkpoints (no public
-    # spelling), delegated as tf_keras' wrapper delegates it: h5 loading
-    # creates the weights, a checkpoint restore creates the slots.
-
-    def _create_all_weights(self, var_list: List[Any]) -> None:
-        self.inner_optimizer._create_all_weights(var_list)
-
-    def _create_or_restore_slot_variable(self, slot_variable_position: Any,
-                                         slot_name: str,
-                                         variable: Any) -> Any:
-        return self.inner_optimizer._create_or_restore_slot_variable(
-            slot_variable_position, slot_name, variable)
-
-    def _restore_slot_variable(self, slot_name: str, variable: Any,
-                               slot_variable: Any) -> Any:
-        return self.inner_optimizer._restore_slot_variable(
-            slot_name, variable, slot_variable)
-
-    def _aggregate_gradients(self, grads_and_vars: GradsAndVars
-                             ) -> List[Tuple[Any, Any]]:
-        return self.inner_optimizer._aggregate_gradients(grads_and_vars)
 
     # The step.
 
@@ -388,7 +241,7 @@ class TfKerasLegacyLossScaleOptimizer(
         """
         distribute.check_supported_strategy("LossScaleOptimizer")
         self._warn_about_scaling()
-        pairs = tf_keras_optimizer.checked_pairs(grads_and_vars)
+        pairs = tf_keras_checks.checked_pairs(grads_and_vars)
         if not pairs:
             self._marks.take([])
             return tf.no_op()
@@ -447,11 +300,6 @@ class TfKerasLegacyLossScaleOptimizer(
         return tf_keras.optimizers.deserialize(
             copy.deepcopy(config), custom_objects=custom_objects,
             use_legacy_optimizer=True)
-
-
-for _name in ATTRIBUTES:
-    setattr(TfKerasLegacyLossScaleOptimizer, _name, InnerAttribute(_name))
-del _name
 
 
 class TfKerasLegacyExperimentalLossScaleOptimizer(

@@ -8,7 +8,7 @@ It is a `tf_keras.optimizers.Optimizer`, so `model.compile` takes it, and a
 
 Like tf_keras' own wrapper it is, to a checkpoint, its inner optimizer plus a
 child `loss_scale` holding `current_loss_scale` and `good_steps`
-(`DelegatingTrackableMixin`): a `tf.train.Checkpoint` written with tf_keras'
+(`DelegatingTrackableMixin`, `tf_keras_loss_scale_state`): a `tf.train.Checkpoint` written with tf_keras'
 `LossScaleOptimizer`, or with the bare inner optimizer, restores into it and
 back. Also like it, `apply_gradients` sums the gradients across replicas
 before the finiteness check, and takes gradients as unscaled when neither
@@ -20,15 +20,16 @@ The step is `step.loss_scaled_step`, shared with every flavour.
 
 tf_keras' legacy family (`tf_keras.optimizers.legacy`, OptimizerV2) has its
 own flavour, `tf_keras_legacy_optimizer`, which shares with this one what
-tf_keras' two wrappers share: `ScalingWarnings` (tf_keras' warning when
-`apply_gradients` runs without the scaling methods), `checked_pairs` and
-`track_loss_scale_state` (the `loss_scale` child and its checkpoint keys).
+tf_keras' two wrappers share: `tf_keras_checks` (`ScalingWarnings`, tf_keras'
+warning when `apply_gradients` runs without the scaling methods;
+`checked_pairs`; `reject_already_wrapped`) and `tf_keras_loss_scale_state`
+(the `loss_scale` child and its checkpoint keys).
 """
 
 from __future__ import annotations
 
 import copy
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import tensorflow as tf
 import tf_keras
@@ -39,18 +40,18 @@ from tf_keras.src.mixed_precision.loss_scale_optimizer import (
 from tf_lossscale import _tf_private, distribute, experimental
 from tf_lossscale import optimizer as optimizer_lib
 from tf_lossscale import settings as settings_lib
-from tf_lossscale import step as step_lib
 from tf_lossscale.optimizer import InnerAttribute
+from tf_lossscale.tf_keras_checks import (
+    ScalingWarnings,
+    checked_pairs,
+    reject_already_wrapped,
+)
+from tf_lossscale.tf_keras_loss_scale_state import track_loss_scale_state
 
 __all__ = [
     "HYPERPARAMETERS",
-    "LossScaleState",
-    "ScalingWarnings",
     "TfKerasExperimentalLossScaleOptimizer",
     "TfKerasLossScaleOptimizer",
-    "checked_pairs",
-    "reject_already_wrapped",
-    "track_loss_scale_state",
 ]
 
 # Attributes of tf_keras optimizers that read and write through to the inner
@@ -65,15 +66,6 @@ HYPERPARAMETERS = (
     "learning_rate_power", "momentum", "nesterov", "relative_step", "rho",
     "use_ema", "weight_decay",
 )
-
-# What tf_keras' warning shows as the documented flow.
-_EXAMPLE = """
-    with tf.GradientTape() as tape:
-      loss = loss_fn()
-      scaled_loss = opt.get_scaled_loss(loss)
-    scaled_grads = tape.gradient(scaled_loss, vars)
-    grads = opt.get_unscaled_gradients(scaled_grads)
-    opt.apply_gradients([(grads, var)])"""
 
 
 def _type_name(obj: Any) -> str:
@@ -92,19 +84,6 @@ def _check_inner(inner_optimizer: Any, flavour: type) -> None:
     reject_already_wrapped(inner_optimizer)
 
 
-def reject_already_wrapped(inner_optimizer: Any) -> None:
-    """Raises `ValueError` if a tf_keras LossScaleOptimizer wraps it already.
-
-    Ours or tf_keras' (they share the mark), of either family.
-    """
-    if _tf_private.is_wrapped_by_loss_scale_optimizer(inner_optimizer):
-        raise ValueError(
-            '"inner_optimizer" is already wrapped by a LossScaleOptimizer. '
-            "A tf_keras optimizer can be wrapped by only one, because the "
-            "wrapper writes its loss scale into the inner optimizer's "
-            f"checkpoint. Got {inner_optimizer!r}; wrap a new optimizer.")
-
-
 class _CallableList(list):
     """A list that calling returns: tf_keras' `variables` is read both ways."""
 
@@ -112,116 +91,8 @@ class _CallableList(list):
         return self
 
 
-class LossScaleState(tf.Module):
-    """The dynamic loss scale's variables, under TensorFlow's checkpoint keys.
-
-    `current_loss_scale` (float32) and `good_steps` (int64) are the names
-    tf_keras' and TensorFlow's loss scales write, so checkpoints interchange;
-    `bad_steps` exists only with hysteresis. All aggregate with NONE: every
-    replica assigns the same agreed value.
-    """
-
-    def __init__(self, initial_scale: float, hysteresis: bool) -> None:
-        super().__init__(name="loss_scale")
-        self.current_loss_scale = self._variable(
-            initial_scale, tf.float32, "current_loss_scale")
-        self.good_steps = self._variable(0, tf.int64, "good_steps")
-        if hysteresis:
-            self.bad_steps = self._variable(0, tf.int64, "bad_steps")
-
-    @staticmethod
-    def _variable(value: Any, dtype: tf.DType, name: str) -> tf.Variable:
-        return tf.Variable(
-            value, dtype=dtype, name=name, trainable=False,
-            synchronization=tf.VariableSynchronization.AUTO,
-            aggregation=tf.VariableAggregation.NONE)
-
-
 def _is_tf_keras_optimizer(inner_optimizer: Any) -> bool:
     return isinstance(inner_optimizer, tf_keras.optimizers.Optimizer)
-
-
-def checked_pairs(grads_and_vars: Iterable[Tuple[Any, Any]]
-                  ) -> List[Tuple[Any, Any]]:
-    """The (gradient, variable) pairs that have a gradient; raises on bad input.
-
-    Both tf_keras flavours' `apply_gradients` start here.
-
-    Raises:
-      ValueError: called in a cross-replica context, every gradient is None,
-        or a gradient's shape does not fit its variable.
-      TypeError: a gradient is not floating point.
-    """
-    distribute.require_replica_context("apply_gradients()")
-    pairs = list(grads_and_vars)
-    kept = [(g, v) for g, v in pairs if g is not None]
-    if pairs and not kept:
-        raise ValueError(
-            "No gradients provided for any variable: every gradient is "
-            f"None for {[v.name for _, v in pairs]}.")
-    optimizer_lib.check_gradients([g for g, _ in kept], [v for _, v in kept])
-    return kept
-
-
-class ScalingWarnings(optimizer_lib.LossScaleOptimizer):
-    """tf_keras' warning when `apply_gradients` misses a scaling method.
-
-    Both tf_keras wrappers remember whether `get_scaled_loss` and
-    `get_unscaled_gradients` were ever called on them, and every
-    `apply_gradients` until both were warns, through `tf_logging.warning`
-    (where code, tf_keras' tests among it, looks for it), naming the one or
-    two that were not. The tf_keras flavours of this package do the same.
-    Which gradients are taken as scaled is `GradientMarks`' rule; with no
-    mark, tf_keras takes them as they are, unscaled.
-    """
-
-    _loss_has_been_scaled = False
-    _gradients_have_been_unscaled = False
-
-    @tf.autograph.experimental.do_not_convert
-    def get_scaled_loss(self, loss: optimizer_lib.Loss) -> optimizer_lib.Loss:
-        self._loss_has_been_scaled = True
-        return super().get_scaled_loss(loss)
-
-    @tf.autograph.experimental.do_not_convert
-    def get_unscaled_gradients(self, grads: Sequence[Any]) -> List[Any]:
-        self._gradients_have_been_unscaled = True
-        return super().get_unscaled_gradients(grads)
-
-    def _unmarked_gradients_are_scaled(self) -> bool:
-        return False
-
-    def _warn_about_scaling(self) -> None:
-        """Warns as tf_keras does, unless both scaling methods have run."""
-        scaled = self._loss_has_been_scaled
-        unscaled = self._gradients_have_been_unscaled
-        if scaled and unscaled:
-            return
-        if not scaled and not unscaled:
-            message = (
-                "You forgot to call LossScaleOptimizer.get_scaled_loss() and "
-                "LossScaleOptimizer.get_unscaled_gradients() before calling "
-                "LossScaleOptimizer.apply_gradients(). The gradients are "
-                "applied as they are, unscaled, as tf_keras does: without "
-                "loss scaling, float16 gradients may underflow, which will "
-                "likely result in worse model quality.")
-        elif not unscaled:
-            message = (
-                "You forgot to call LossScaleOptimizer.get_unscaled_gradients"
-                "() before calling LossScaleOptimizer.apply_gradients() (you "
-                "did call get_scaled_loss() however). Gradients computed "
-                "since a get_scaled_loss() call are divided by the loss scale "
-                "here; call get_unscaled_gradients() to clip or inspect them "
-                "unscaled.")
-        else:
-            message = (
-                "You forgot to call LossScaleOptimizer.get_scaled_loss() "
-                "before calling LossScaleOptimizer.apply_gradients() (you did "
-                "call get_unscaled_gradients() however). Unscaling gradients "
-                "of a loss that was not scaled divides them by the loss "
-                "scale, which will likely result in worse model quality.")
-        _tf_private.tf_logging_warning(
-            f"{message} For example:{_EXAMPLE}")
 
 
 class TfKerasLossScaleOptimizer(ScalingWarnings,
@@ -488,20 +359,3 @@ experimental.register_serializable(
     tf_keras.saving, TfKerasLossScaleOptimizer,
     TfKerasExperimentalLossScaleOptimizer,
     ("LossScaleOptimizer", "ExperimentalLossScaleOptimizer"))
-
-
-def track_loss_scale_state(inner_optimizer: Any,
-                           settings: settings_lib.Settings
-                           ) -> step_lib.ScaleVariables:
-    """Creates the scale's variables; the checkpointed ones under the inner
-    optimizer's `loss_scale` child (we are the inner optimizer, to a
-    checkpoint), as tf_keras' wrapper does."""
-    skipped = optimizer_lib.skipped_steps_variable()
-    if not settings.dynamic:
-        return step_lib.ScaleVariables(skipped=skipped)
-    state = LossScaleState(settings.initial_scale,
-                           settings.rule().needs_bad_steps)
-    _tf_private.track_child(inner_optimizer, state, "loss_scale")
-    return step_lib.ScaleVariables(
-        state.current_loss_scale, state.good_steps,
-        getattr(state, "bad_steps", None), skipped)

@@ -846,6 +846,19 @@ def test_each_inner_config_is_read_by_exactly_one_flavour():
     }
 
 
+def test_each_flavour_is_registered_once_and_imported_once():
+    """No flavour module ran twice (a half-failed nested import did)."""
+    for public in (tf_lossscale.LossScaleOptimizer,
+                   tf_lossscale.experimental.LossScaleOptimizer):
+        flavours = [f for _, f in optimizer_lib._REGISTRY[public]]
+        assert sorted(f.__name__ for f in flavours) == sorted(
+            {f.__name__ for f in flavours})
+        assert len(flavours) == 3
+        for flavour in flavours:
+            module = sys.modules[flavour.__module__]
+            assert getattr(module, flavour.__name__) is flavour
+
+
 def test_converter_to_the_legacy_family_converts_ours():
     """tf_keras.optimizers.convert_to_legacy_optimizer (R8)."""
     class Halving(tf_keras.optimizers.schedules.LearningRateSchedule):
