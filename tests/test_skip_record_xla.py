@@ -112,3 +112,29 @@ def test_under_xla_the_record_adds_no_op_per_variable_even_in_its_branch():
     for op in ("IsNan", "IsInf", "Any", "Max"):
         assert added[4][op] == 0, (op, added[4])
     assert not _all_ops(4, False) - _all_ops(4, True)
+
+
+def test_under_xla_the_documented_flow_traces_one_check_of_each_gradient():
+    """`get_unscaled_gradients` makes no verdict there: the step checks
+    the gradients where it divides them again, once. (Through identities,
+    as tf_keras sums one replica's gradients, `apply_gradients` cannot
+    reuse a verdict made with the quotients.)"""
+    n = 5
+    opt = tf_lossscale.LossScaleOptimizer(keras.optimizers.SGD(0.1))
+    variables = [keras.Variable(np.ones(3, "float32")) for _ in range(n)]
+    opt.build(variables)
+
+    @tf.function(jit_compile=True)
+    def step(grads):
+        unscaled = opt.get_unscaled_gradients(grads)
+        opt.apply_gradients(zip([tf.identity(g) for g in unscaled],
+                                variables))
+
+    graph_def = step.get_concrete_function(
+        [tf.TensorSpec([3])] * n).graph.as_graph_def()
+    ops = collections.Counter(
+        [x.op for x in graph_def.node] + [
+            x.op for f in graph_def.library.function for x in f.node_def])
+    # One max per gradient (the exact branch), one sum per gradient (the
+    # fast check) and one more (the record's count): the check once.
+    assert (ops["Max"], ops["Sum"]) == (n, n + 1)

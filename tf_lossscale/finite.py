@@ -75,6 +75,7 @@ __all__ = [
     "undivided",
     "unscale_all",
     "unscale_and_check",
+    "unscale_for_step",
 ]
 
 # The pieces both back ends share (`_numerics.py`).
@@ -176,6 +177,23 @@ def unscale_and_check(
       tensor, True iff all of it is finite.
     """
     return _unscale(grads, scale, jit_compile, check=True)
+
+
+@_not_converted
+def unscale_for_step(grads: Sequence[Any], scale: Any
+                     ) -> Tuple[List[Any], Optional[tf.Tensor]]:
+    """`unscale_and_check`, for a step that may reuse the verdict.
+
+    The check comes with the division at almost no cost, so an
+    `apply_gradients` handed exactly these quotients reuses it (a traced
+    graph drops it when nothing reads it). Inside a caller compiled whole
+    by XLA the verdict is None: there the step checks the scaled
+    gradients again where it divides them (`undivided`), and a verdict
+    made here would only be traced and compiled for nothing.
+    """
+    if finite_xla.divides_where_used():
+        return unscale_all(grads, scale), None
+    return unscale_and_check(grads, scale)
 
 
 @_not_converted

@@ -359,17 +359,7 @@ class LossScaleOptimizer(SkipReporting, OptimizerConfig):
         unscaled, unless they are these very `grads` (see `GradientMarks`).
         """
         grads = list(grads)
-        if finite_lib.divides_where_used():
-            # Compiled whole by XLA, the step checks the scaled gradients
-            # again where it divides them (`finite.undivided`): a verdict
-            # made here would only be traced and compiled for nothing.
-            unscaled = finite_lib.unscale_all(grads, self._current_scale())
-            self._marks.unscaled(grads, unscaled, None)
-            return unscaled
-        # The check comes with the division at almost no cost; an
-        # apply_gradients handed exactly these outputs reuses it (and when
-        # nothing reads it, a traced graph drops it).
-        unscaled, finite = finite_lib.unscale_and_check(
+        unscaled, finite = finite_lib.unscale_for_step(
             grads, self._current_scale())
         self._marks.unscaled(grads, unscaled, finite)
         return unscaled
