@@ -25,7 +25,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    List,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Tuple,
+)
 
 import tensorflow as tf
 
@@ -173,14 +182,22 @@ def _kinds(grads: Sequence[Any]) -> tf.Tensor:
     known = finite.kinds_of([_values(g) for g in grads])
     if known is not None:
         return known
-    codes = []
+    if not grads:
+        return tf.zeros([0], tf.int32)
+    # Four ops a gradient (each costs tracing time in every step function):
+    # the reduction axes are shared by rank.
+    axes: Dict[int, tf.Tensor] = {}
+    nans, finite_ones = [], []
     for grad in grads:
         values = _values(grad)
-        nan = tf.reduce_any(tf.math.is_nan(values))
-        inf = tf.reduce_any(tf.math.is_inf(values))
-        codes.append(tf.where(nan, _NAN, tf.where(inf, _INF, 0)))
-    # int32 codes: tf.where of Python ints gives int32.
-    return tf.stack(codes) if codes else tf.zeros([0], tf.int32)
+        rank = values.shape.rank
+        if rank is not None and rank not in axes:
+            axes[rank] = tf.constant(list(range(rank)), tf.int32)
+        axis = None if rank is None else axes[rank]
+        nans.append(tf.reduce_any(tf.math.is_nan(values), axis))
+        finite_ones.append(tf.reduce_all(tf.math.is_finite(values), axis))
+    return tf.where(tf.stack(nans), _NAN,
+                    tf.where(tf.stack(finite_ones), 0, _INF))
 
 
 def _values(grad: Any) -> Any:
