@@ -29,7 +29,16 @@ in the optimized HLO of a compiled step (benchmarks/hlo_step.py):
 from __future__ import annotations
 
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    List,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Tuple,
+)
 
 import tensorflow as tf
 
@@ -109,55 +118,43 @@ def _exact(values: List[tf.Tensor], scale: Optional[tf.Tensor]
            ) -> Tuple[tf.Tensor, tf.Tensor]:
     """`verdict`, exactly, and each value's kind (see `kinds_of`).
 
-    Per value: whether it holds a NaN, and its largest magnitude (NaN as
-    +Inf: XLA's CPU max drops NaN) divided as every element is; all of
-    `v / scale` is finite iff that quotient is, since rounding is monotonic.
+    One elementwise pass and one reduction per value (each is a kernel to
+    compile in every step): per element 2 if NaN, 1 if its quotient is
+    not finite (an Inf, or an overflow), else 0; the value's code is the
+    largest. Only a step whose fast check failed runs it.
     """
-    order: Dict[tf.DType, List[int]] = {}
-    for i, v in enumerate(values):
-        order.setdefault(v.dtype, []).append(i)
-    checks, codes, positions = [], [], []
-    axes: Dict[int, tf.Tensor] = {}  # shared: one constant per rank
-    for dtype, members in order.items():
-        inf = tf.constant(float("inf"), dtype)
-        tops, nans = zip(*(_top_and_nan(values[i], inf, axes)
-                           for i in members))
-        top = tf.stack(tops)
-        if scale is not None:
-            top = divide(top, scale, tf.math.divide)
-        bad = tf.logical_not(tf.math.is_finite(top))
-        checks.append(tf.logical_not(tf.reduce_any(bad)))
-        codes.append(tf.where(tf.stack(nans), _NAN,
-                              tf.where(bad, _INF, 0)))
-        positions += members
-    kinds = tf.concat(codes, 0) if len(codes) > 1 else codes[0]
-    if positions != sorted(positions):  # back into the values' order
-        kinds = tf.gather(kinds, [positions.index(i)
-                                  for i in range(len(values))])
-    return all_of(checks), kinds
+    # Shared by every value: tracing a constant per value costs time.
+    shared = _Shared([tf.constant(c, tf.int8) for c in (0, 1, 2)], {})
+    codes = [_code(v, scale, shared) for v in values]
+    worst = tf.stack(codes)
+    kinds = tf.gather(tf.constant([0, _INF, _NAN], tf.int32),
+                      tf.cast(worst, tf.int32))
+    return tf.reduce_all(tf.equal(worst, 0)), kinds
 
 
-def _top_and_nan(v: tf.Tensor, inf: tf.Tensor, axes: Dict[int, tf.Tensor]
-                 ) -> Tuple[tf.Tensor, tf.Tensor]:
-    """max|v| (NaN as +Inf, an empty tensor as 0) and whether v has a NaN.
+class _Shared(NamedTuple):
+    codes: List[tf.Tensor]  # int8 0, 1, 2
+    axes: Dict[int, tf.Tensor]  # rank -> its reduction axes
 
-    Five ops for a tensor of known size: each costs tracing and compiling
-    time in every step function, so the constants are shared.
-    """
-    size = v.shape.num_elements()
-    if size == 0:
-        return tf.zeros([], v.dtype), tf.constant(False)
+
+def _code(v: tf.Tensor, scale: Optional[tf.Tensor], shared: _Shared
+          ) -> tf.Tensor:
+    """2 if `v` holds a NaN, else 1 if some `v / scale` is not finite,
+    else 0 (int8; 0 for an empty tensor)."""
+    zero, one, two = shared.codes
+    if v.shape.num_elements() == 0:
+        return zero
     rank = v.shape.rank
-    axis = None
-    if rank is not None:
-        if rank not in axes:
-            axes[rank] = tf.constant(list(range(rank)), tf.int32)
-        axis = axes[rank]
-    nan = tf.math.is_nan(v)
-    top = tf.reduce_max(tf.where(nan, inf, tf.abs(v)), axis)
-    if size is None:  # empty at run time reduces to -inf: count it as 0
-        top = tf.maximum(top, tf.zeros([], v.dtype))
-    return top, tf.reduce_any(nan, axis)
+    if rank is not None and rank not in shared.axes:
+        shared.axes[rank] = tf.constant(list(range(rank)), tf.int32)
+    quotient = v if scale is None else divide(v, scale, tf.math.divide)
+    per_element = tf.where(tf.math.is_nan(v), two, tf.where(
+        tf.math.is_finite(quotient), zero, one))
+    code = tf.reduce_max(per_element,
+                         None if rank is None else shared.axes[rank])
+    if v.shape.num_elements() is None:  # empty at run time: the least int8
+        code = tf.maximum(code, zero)
+    return code
 
 
 # Kinds: 0 finite, 1 holds a NaN, 2 holds an Inf (or its quotient
