@@ -9,12 +9,14 @@ and a few large ones (checked in place), eagerly, in `tf.function` and
 under XLA.
 """
 
+import gc
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -424,3 +426,26 @@ def test_no_probe_multiplies_by_zero(dtype):
         [tf.TensorSpec([8], dtype), tf.TensorSpec([4, 4], dtype)]).graph
     ops = {op.type for op in graph.get_operations()}
     assert "Mul" not in ops and "IsFinite" in ops
+
+
+def test_what_the_xla_path_remembers_goes_with_its_graph():
+    """The quotients `undivided` finds and the kinds `kinds_of` finds are
+    remembered per graph, weakly: a traced function, once gone, takes its
+    graph with it (a global table of its tensors kept every graph alive)."""
+    graphs = []
+
+    @tf.autograph.experimental.do_not_convert
+    def body(a, b):
+        graphs.append(weakref.ref(tf.compat.v1.get_default_graph()))
+        divided = finite.unscale_all([a, b], 2.0)
+        found = finite.undivided(divided)
+        assert found is not None and found[0] == [a, b]
+        checked = finite.check_unscaled([a, b], 2.0)
+        assert finite.kinds_of([a, b]) is not None
+        return checked
+
+    step = tf.function(body, jit_compile=True)
+    assert bool(step(tf.ones(3), tf.ones(2)))
+    del step
+    gc.collect()
+    assert graphs and graphs[0]() is None

@@ -68,6 +68,8 @@ import tensorflow as tf
 from tf_lossscale import _numerics, finite_xla
 
 __all__ = [
+    "KIND_INF",
+    "KIND_NAN",
     "all_finite",
     "check_unscaled",
     "divides_where_used",
@@ -141,6 +143,7 @@ def all_finite(grads: Any, *, jit_compile: Optional[bool] = None
 
 divides_where_used = finite_xla.divides_where_used
 kinds_of = finite_xla.kinds_of
+KIND_NAN, KIND_INF = finite_xla.KIND_NAN, finite_xla.KIND_INF
 undivided = finite_xla.undivided
 
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 import weakref
 from typing import (
     Any,
-    Callable,
     Dict,
     List,
     NamedTuple,
@@ -52,7 +51,8 @@ from tf_lossscale._numerics import (
     rebuild,
 )
 
-__all__ = ["compiled_whole", "divides_where_used", "kinds_of",
+__all__ = ["KIND_INF", "KIND_NAN", "compiled_whole", "divides_where_used",
+           "kinds_of",
            "runtime_scale", "undivided", "unscale", "verdict"]
 
 
@@ -159,40 +159,57 @@ def _code(v: tf.Tensor, scale: Optional[tf.Tensor], shared: _Shared
 
 # Kinds: 0 finite, 1 holds a NaN, 2 holds an Inf (or its quotient
 # overflows) and no NaN.
-_NAN, _INF = 1, 2
+KIND_NAN, KIND_INF = 1, 2
+_NAN, _INF = KIND_NAN, KIND_INF
 
-# id of each value `verdict` checked -> (a weak reference to it, the kinds
-# tensor of its check, its position there).
-_KINDS: Dict[int, Tuple[Any, tf.Tensor, int]] = {}
+
+# Graph -> memo name -> id of a tensor -> weak references (and numbers).
+# Weak both ways: a strong reference to a graph's tensor would keep the
+# graph, and so every traced step function, alive forever.
+_MEMOS: "weakref.WeakKeyDictionary[Any, Dict[str, Dict[int, Tuple[Any, ...]]]]" = (
+    weakref.WeakKeyDictionary())
+
+
+def _memo(tensor: Any, name: str) -> Optional[Dict[int, Tuple[Any, ...]]]:
+    """The memo `name` of the graph `tensor` belongs to (None if eager)."""
+    graph = getattr(tensor, "graph", None)
+    if graph is None:
+        return None
+    return _MEMOS.setdefault(graph, {}).setdefault(name, {})
+
+
+def _entry(tensor: Any, name: str) -> Optional[Tuple[Any, ...]]:
+    """What `tensor`'s memo holds for it, the references resolved, or None."""
+    entry = (_memo(tensor, name) or {}).get(id(tensor))
+    if entry is None or entry[0]() is not tensor:
+        return None
+    resolved = tuple(x() if isinstance(x, weakref.ref) else x
+                     for x in entry[1:])
+    return None if any(x is None for x in resolved) else resolved
 
 
 def _remember_kinds(values: List[tf.Tensor], kinds: tf.Tensor) -> None:
     for position, value in enumerate(values):
-        _KINDS[id(value)] = (weakref.ref(value, _forget(id(value))), kinds,
-                             position)
-
-
-def _forget(key: int) -> Callable[[Any], None]:
-    """The callback that drops `key`'s entry when its value goes."""
-    def forget(_: Any) -> None:
-        _KINDS.pop(key, None)
-    return forget
+        memo = _memo(value, "kinds")
+        if memo is not None:
+            memo[id(value)] = (weakref.ref(value), weakref.ref(kinds),
+                               position)
 
 
 def kinds_of(values: Sequence[tf.Tensor]) -> Optional[tf.Tensor]:
     """The kinds `verdict` found for `values` (int32, one per value), or None.
 
-    Per value: 0 if `v / scale` is all finite, 1 if `v` holds a NaN, 2 if
-    it holds an Inf or its quotient overflows. They are zeros wherever the
-    check passed without its exact branch (all finite); None when any of
-    `values` was not checked by `verdict` in this program.
+    Per value: 0 if `v / scale` is all finite, 1 (`KIND_NAN`) if `v` holds
+    a NaN, 2 (`KIND_INF`) if it holds an Inf or its quotient overflows.
+    They are zeros wherever the check passed without its exact branch (all
+    finite); None when any of `values` was not checked by `verdict`.
     """
     found = []
     for value in values:
-        entry = _KINDS.get(id(value))
-        if entry is None or entry[0]() is not value:
+        entry = _entry(value, "kinds")
+        if entry is None:
             return None
-        found.append(entry[1:])
+        found.append(entry)
     if not found:
         return None
     sources = list({id(k): k for k, _ in found}.values())
@@ -202,16 +219,13 @@ def kinds_of(values: Sequence[tf.Tensor]) -> Optional[tf.Tensor]:
     return tf.stack([kinds[position] for kinds, position in found])
 
 
-# id of each dense quotient `unscale` made -> (a weak reference to it, the
-# gradient it divided, the scale); an entry goes when its quotient does.
-_DIVIDED: Dict[int, Tuple[Any, Any, tf.Tensor]] = {}
-
-
 def _remember_division(quotient: tf.Tensor, grad: Any,
                        scale: tf.Tensor) -> None:
-    key = id(quotient)
-    ref = weakref.ref(quotient, lambda _: _DIVIDED.pop(key, None))
-    _DIVIDED[key] = (ref, grad, scale)
+    """Notes that `quotient` is `grad / scale` (see `undivided`)."""
+    memo = _memo(quotient, "divided")
+    if memo is not None and isinstance(grad, tf.Tensor):
+        memo[id(quotient)] = (weakref.ref(quotient), weakref.ref(grad),
+                              weakref.ref(scale))
 
 
 _IDENTITIES = ("Identity", "IdentityN")
@@ -223,10 +237,10 @@ def _division_of(grad: Any) -> Optional[Tuple[Any, tf.Tensor]]:
     while isinstance(grad, tf.Tensor) and grad.op.type in _IDENTITIES:
         grad = grad.op.inputs[grad.value_index if grad.op.type ==
                               "IdentityN" else 0]
-    entry = _DIVIDED.get(id(grad))
-    if entry is None or entry[0]() is not grad:
+    entry = _entry(grad, "divided")
+    if entry is None:
         return None
-    return entry[1], entry[2]
+    return entry[0], entry[1]
 
 
 def undivided(grads: Sequence[Any]

@@ -46,7 +46,8 @@ __all__ = [
 
 # How many non-finite gradients a record names.
 MAX_NAMED = 8
-_NAN, _INF = 1, 2
+# The kinds of the step's own check (`finite.kinds_of`), which it uses too.
+_NAN, _INF = finite.KIND_NAN, finite.KIND_INF
 
 
 class SkipStreakError(tf.errors.InvalidArgumentError):
