@@ -8,12 +8,12 @@ pieces, so neither back end imports the other's internals.
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import tensorflow as tf
 
-__all__ = ["NARROW", "add", "all_of", "dense_values", "divide", "is_finite",
-           "rebuild"]
+__all__ = ["NARROW", "add", "all_axes", "all_of", "dense_values", "divide",
+           "is_finite", "rebuild"]
 
 NARROW = (tf.float16, tf.bfloat16)
 
@@ -49,6 +49,21 @@ def rebuild(grad: Any, values: tf.Tensor) -> Any:
     if isinstance(grad, tf.IndexedSlices):
         return tf.IndexedSlices(values, grad.indices, grad.dense_shape)
     return values
+
+
+def all_axes(t: tf.Tensor, cache: Dict[int, tf.Tensor]
+             ) -> Optional[tf.Tensor]:
+    """The axes that reduce `t` whole, one constant per rank in `cache`.
+
+    A reduction without axes traces a constant of its own; code that
+    reduces one tensor per gradient shares them (None: unknown rank).
+    """
+    rank = t.shape.rank
+    if rank is None:
+        return None
+    if rank not in cache:
+        cache[rank] = tf.constant(list(range(rank)), tf.int32)
+    return cache[rank]
 
 
 def is_finite(u: tf.Tensor) -> tf.Tensor:

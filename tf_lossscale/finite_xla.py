@@ -45,6 +45,7 @@ from tf_lossscale import _tf_private
 from tf_lossscale._numerics import (
     NARROW,
     add,
+    all_axes,
     all_of,
     divide,
     is_finite,
@@ -144,14 +145,10 @@ def _code(v: tf.Tensor, scale: Optional[tf.Tensor], shared: _Shared
     zero, one, two = shared.codes
     if v.shape.num_elements() == 0:
         return zero
-    rank = v.shape.rank
-    if rank is not None and rank not in shared.axes:
-        shared.axes[rank] = tf.constant(list(range(rank)), tf.int32)
     quotient = v if scale is None else divide(v, scale, tf.math.divide)
     per_element = tf.where(tf.math.is_nan(v), two, tf.where(
         tf.math.is_finite(quotient), zero, one))
-    code = tf.reduce_max(per_element,
-                         None if rank is None else shared.axes[rank])
+    code = tf.reduce_max(per_element, all_axes(v, shared.axes))
     if v.shape.num_elements() is None:  # empty at run time: the least int8
         code = tf.maximum(code, zero)
     return code

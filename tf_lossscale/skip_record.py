@@ -39,6 +39,7 @@ from typing import (
 import tensorflow as tf
 
 from tf_lossscale import finite
+from tf_lossscale._numerics import all_axes, dense_values
 
 __all__ = [
     "MAX_NAMED", "RecordVariables", "SkipRecord", "SkipStreakError",
@@ -180,7 +181,7 @@ def _kinds(grads: Sequence[Any]) -> tf.Tensor:
     Under XLA the step's check found them already (`finite.kinds_of`): one
     small tensor, instead of reading every gradient again here.
     """
-    known = finite.kinds_of([_values(g) for g in grads])
+    known = finite.kinds_of([dense_values(g) for g in grads])
     if known is not None:
         return known
     if not grads:
@@ -190,19 +191,12 @@ def _kinds(grads: Sequence[Any]) -> tf.Tensor:
     axes: Dict[int, tf.Tensor] = {}
     nans, finite_ones = [], []
     for grad in grads:
-        values = _values(grad)
-        rank = values.shape.rank
-        if rank is not None and rank not in axes:
-            axes[rank] = tf.constant(list(range(rank)), tf.int32)
-        axis = None if rank is None else axes[rank]
+        values = dense_values(grad)
+        axis = all_axes(values, axes)
         nans.append(tf.reduce_any(tf.math.is_nan(values), axis))
         finite_ones.append(tf.reduce_all(tf.math.is_finite(values), axis))
     return tf.where(tf.stack(nans), _NAN,
                     tf.where(tf.stack(finite_ones), 0, _INF))
-
-
-def _values(grad: Any) -> Any:
-    return grad.values if isinstance(grad, tf.IndexedSlices) else grad
 
 
 def _local_summary(grads: Sequence[Any]) -> tf.Tensor:
