@@ -55,6 +55,7 @@ from __future__ import annotations
 
 from typing import (
     Any,
+    Callable,
     Dict,
     List,
     NamedTuple,
@@ -71,6 +72,7 @@ __all__ = [
     "KIND_INF",
     "KIND_NAN",
     "all_finite",
+    "apply_unscaled",
     "check_unscaled",
     "divides_where_used",
     "kinds_of",
@@ -148,6 +150,17 @@ undivided = finite_xla.undivided
 
 
 @_not_converted
+def apply_unscaled(apply: Callable[[List[Any]], Any], grads: Sequence[Any],
+                   scale: Any, by_reciprocal: bool) -> None:
+    """Runs `apply(unscale_all(grads, scale))` in an apply branch that XLA
+    compiles whole, so the unscale fuses into the update and no unscaled
+    gradient is written out (`finite_xla.apply_unscaled`). With
+    `by_reciprocal` (every scale is a power of two) it multiplies by the
+    reciprocal, the same bits as dividing."""
+    finite_xla.apply_unscaled(apply, list(grads), tf.cast(scale, tf.float32),
+                              by_reciprocal)
+
+
 def check_unscaled(grads: Sequence[Any], scale: Any) -> tf.Tensor:
     """True iff all of `unscale_all(grads, scale)` is finite, not dividing.
 

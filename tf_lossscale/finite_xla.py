@@ -9,6 +9,10 @@ in the optimized HLO of a compiled step (benchmarks/hlo_step.py):
   a conditional and used inside it is written out too. So the step checks
   the scaled gradients and divides them inside its apply branch, where the
   division fuses into the update and no unscaled gradient is written.
+- A multiply XLA does repeat. Two kernels read each quotient of an Adam
+  step (its two moments), so when every scale is a power of two (every
+  default scale) the apply branch multiplies by the reciprocal, the same
+  bits as dividing (`apply_unscaled`).
 - XLA's CPU reductions read a gradient in place only when nothing is fused
   into them: `reduce_sum(g)` reads it once, while `max(|g|)` or
   `all(is_finite(g))` first write a temporary. So the verdict is one sum
@@ -31,6 +35,7 @@ from __future__ import annotations
 import weakref
 from typing import (
     Any,
+    Callable,
     Dict,
     List,
     NamedTuple,
@@ -47,13 +52,15 @@ from tf_lossscale._numerics import (
     add,
     all_axes,
     all_of,
+    dense_values,
     divide,
     is_finite,
+    multiply,
     rebuild,
 )
 
-__all__ = ["KIND_INF", "KIND_NAN", "compiled_whole", "divides_where_used",
-           "kinds_of",
+__all__ = ["KIND_INF", "KIND_NAN", "apply_unscaled", "compiled_whole",
+           "divides_where_used", "kinds_of",
            "runtime_scale", "undivided", "unscale", "verdict"]
 
 
@@ -91,6 +98,52 @@ def unscale(grads: List[Any], values: List[Optional[tf.Tensor]],
             _remember_division(u, g, scale)
     present = [v for v in values if v is not None]
     return unscaled, (verdict(present, scale) if check else None)
+
+
+def apply_unscaled(apply: Callable[[List[Any]], Any], grads: List[Any],
+                   scale: Any, by_reciprocal: bool) -> None:
+    """Runs `apply` on the gradients unscaled (None kept), inside the apply
+    branch, so the unscale fuses into the update.
+
+    XLA writes out a division that two kernels read (Adam's moments: 4
+    bytes per parameter written and read back, a fifth of an Adam step on
+    a CPU) but repeats a multiply. So when every scale the step can see is
+    a power of two (`by_reciprocal`: `state_machine.powers_of_two_only`),
+    the gradients are multiplied by its reciprocal, in two normal factors
+    (`_reciprocal_factors`): the same bits as the division, at every power
+    of two from 2**-126 to 2**127. Otherwise they are divided. One way is
+    traced, not both: a second copy of the update would double what the
+    first call compiles.
+    """
+    scale = runtime_scale(scale)
+    if by_reciprocal:
+        factors = _reciprocal_factors(scale)
+
+        def unscale(v: tf.Tensor) -> tf.Tensor:
+            return multiply(v, *factors)
+    else:
+        def unscale(v: tf.Tensor) -> tf.Tensor:
+            return divide(v, scale, tf.math.divide)
+    apply([g if v is None else rebuild(g, unscale(v))
+           for g, v in zip(grads, map(dense_values, grads))])
+
+
+_HUGE = 2.0**126  # the largest power of two with a normal reciprocal
+
+
+def _reciprocal_factors(scale: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+    """Two float32 factors: multiplying by one and then the other divides
+    by a power-of-two `scale` exactly.
+
+    `(1 / scale, 1)` up to 2**126; above, `1 / scale` is subnormal (a CPU
+    flushes it to 0), so `(2**-64, 2**64 / scale)`: the first product is
+    normal, hence exact, unless the quotient rounds to 0 either way. For
+    another scale it is the reciprocal's rounding, as the originals unscale.
+    """
+    huge = scale > _HUGE
+    first = tf.where(huge, tf.constant(2.0**-64), 1.0 / scale)
+    second = tf.where(huge, 2.0**64 / scale, tf.constant(1.0))
+    return first, second
 
 
 def verdict(values: List[tf.Tensor], scale: Optional[tf.Tensor]

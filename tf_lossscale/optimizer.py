@@ -45,7 +45,7 @@ from typing import (
 import tensorflow as tf
 
 from tf_lossscale import finite as finite_lib
-from tf_lossscale import flavour_registry
+from tf_lossscale import flavour_registry, state_machine
 from tf_lossscale import settings as settings_lib
 from tf_lossscale import step as step_lib
 
@@ -400,13 +400,16 @@ class LossScaleOptimizer(SkipReporting, OptimizerConfig):
         step completes a run of that many skipped steps.
         """
         grads, verdict = checked_sparse_rows(grads, variables, verdict)
+        rule = self._settings.rule() if self.dynamic else None
         finite = step_lib.loss_scaled_step(
             grads, scale=self._current_scale(),
             already_unscaled=already_unscaled,
             apply=lambda g: self._apply_inner(g, variables),
             skip=self._skip_inner, variables=self._scale_variables,
-            rule=self._settings.rule() if self.dynamic else None, keep=keep,
-            verdict=verdict, record=self._skip_recorder(grads, variables))
+            rule=rule, keep=keep, verdict=verdict,
+            record=self._skip_recorder(grads, variables),
+            powers_of_two=state_machine.powers_of_two_only(
+                rule, self._settings.initial_scale))
         if tf.executing_eagerly():
             self.raise_if_stuck()
         return finite

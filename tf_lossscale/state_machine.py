@@ -53,6 +53,7 @@ which round alike.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import NamedTuple, Optional, Tuple, Union
 
 import tensorflow as tf
@@ -67,6 +68,7 @@ __all__ = [
     "Rule",
     "State",
     "next_state",
+    "powers_of_two_only",
     "transition",
 ]
 
@@ -176,3 +178,31 @@ def next_state(
                 backoff_divisor=multiplier, min_scale=min_scale)
     new = transition(State(scale, good_steps), finite, rule)
     return new.scale, new.good_steps
+
+
+def powers_of_two_only(rule: Optional[Rule], start: TensorLike) -> bool:
+    """Whether every scale `rule` reaches from `start` is a power of two
+    (`rule=None`: a fixed scale, `start` only).
+
+    So it is when `start` and every factor and bound are: products and
+    quotients of powers of two are exact, a growth past the largest float32
+    is not taken, and a back-off floors at `min_scale` (at least 2**-126).
+    Tensors are not looked into: False.
+    """
+    numbers = [start]
+    if rule is not None:
+        numbers += [rule.growth_factor, rule.min_scale,
+                    rule.backoff_divisor if rule.backoff_factor is None
+                    else rule.backoff_factor]
+        if rule.max_scale is not None:
+            numbers.append(rule.max_scale)
+    return all(_power_of_two(x) for x in numbers)
+
+
+def _power_of_two(x: TensorLike) -> bool:
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return False
+    if not (math.isfinite(x) and x > 0):
+        return False
+    return math.frexp(x)[0] == 0.5
+

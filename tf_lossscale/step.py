@@ -128,15 +128,20 @@ def _check_scaled(grads: List[Any], scale: tf.Tensor,
 
 
 def _dividing_first(apply: Callable[[List[Any]], Any], scale: tf.Tensor,
-                    keep: Optional[Sequence[bool]]
+                    keep: Optional[Sequence[bool]], by_reciprocal: bool
                     ) -> Callable[[List[Any]], Any]:
-    """`apply`, given scaled gradients: divides (all but the kept) first."""
-    def divide_then_apply(grads: List[Any]) -> Any:
+    """`apply`, given scaled gradients: unscales (all but the kept) first,
+    inside the apply branch of a caller compiled whole."""
+    def unscale_then_apply(grads: List[Any]) -> None:
         flags = keep or [False] * len(grads)
-        divided = finite_lib.unscale_all(
-            [None if k else g for g, k in zip(grads, flags)], scale)
-        return apply([g if k else d for g, d, k in zip(grads, divided, flags)])
-    return divide_then_apply
+
+        def merged(unscaled: List[Any]) -> Any:
+            return apply([g if k else u
+                          for g, u, k in zip(grads, unscaled, flags)])
+        finite_lib.apply_unscaled(
+            merged, [None if k else g for g, k in zip(grads, flags)], scale,
+            by_reciprocal)
+    return unscale_then_apply
 
 
 def loss_scaled_step(
@@ -151,6 +156,7 @@ def loss_scaled_step(
     keep: Optional[Sequence[bool]] = None,
     verdict: Optional[tf.Tensor] = None,
     record: Optional[Callable[[List[Any], tf.Tensor], Any]] = None,
+    powers_of_two: bool = False,
 ) -> tf.Tensor:
     """Checks, agrees, applies or skips, and advances; in a replica context.
 
@@ -171,6 +177,10 @@ def loss_scaled_step(
       record: what a skipped step records about its gradients
         (`skip_record.recorder`), given them and `scale`; it runs in the
         skip branch only, so a finite step pays nothing for it.
+      powers_of_two: whether every scale the step can see is a power of
+        two (`state_machine.powers_of_two_only`). Compiled whole by XLA,
+        the update then multiplies by the reciprocal (the same bits as
+        dividing, and not written out before Adam's two moments read it).
 
     Returns:
       The agreed verdict, a scalar bool tensor (True: applied). In a TF1
@@ -184,7 +194,7 @@ def loss_scaled_step(
         unscaled, finite = origin[0], (
             verdict if verdict is not None
             else finite_lib.check_unscaled(*origin))
-        apply = _dividing_first(apply, origin[1], None)
+        apply = _dividing_first(apply, origin[1], None, powers_of_two)
     elif already_unscaled and verdict is not None:
         unscaled, finite = grads, verdict
     elif not already_unscaled and finite_lib.divides_where_used():
@@ -192,7 +202,7 @@ def loss_scaled_step(
         # them inside the apply branch, where the division fuses into the
         # update instead of being written out before the branch.
         unscaled, finite = grads, _check_scaled(grads, scale, keep)
-        apply = _dividing_first(apply, scale, keep)
+        apply = _dividing_first(apply, scale, keep, powers_of_two)
     else:
         unscaled, finite = _unscale_and_check(
             grads, scale, already_unscaled, keep)
