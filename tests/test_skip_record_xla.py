@@ -138,3 +138,82 @@ def test_under_xla_the_documented_flow_traces_one_check_of_each_gradient():
     # One max per gradient (the exact branch), one sum per gradient (the
     # fast check) and one more (the record's count): the check once.
     assert (ops["Max"], ops["Sum"]) == (n, n + 1)
+
+
+_DTYPES = [tf.float16, tf.bfloat16, tf.float32, tf.float64]
+
+
+def _special(dtype: tf.DType) -> st.SearchStrategy:
+    top = float(dtype.max)
+    smallest_normal = {tf.float16: 2.0**-14, tf.bfloat16: 2.0**-126,
+                       tf.float32: 2.0**-126, tf.float64: 2.0**-1022}[dtype]
+    return st.sampled_from([0.0, 1.0, -3.0, top, -top, smallest_normal / 4,
+                            np.inf, -np.inf, np.nan])
+
+
+@st.composite
+def _mixed_values(draw: st.DrawFn) -> List[np.ndarray]:
+    values = []
+    for _ in range(draw(st.integers(1, 6))):
+        dtype = draw(st.sampled_from(_DTYPES))
+        elements = draw(st.lists(_special(dtype), min_size=0, max_size=5))
+        values.append(np.array(elements, np.float64).astype(
+            dtype.as_numpy_dtype))
+    return values
+
+
+def _kind_reference(v: np.ndarray, scale: float) -> int:
+    if np.isnan(v.astype(np.float64)).any():
+        return 1  # KIND_NAN
+    narrow = v.dtype.itemsize == 2
+    with np.errstate(over="ignore", invalid="ignore"):
+        quotient = (v.astype(np.float32) / np.float32(scale)).astype(v.dtype) \
+            if narrow else v / v.dtype.type(scale)
+    return 0 if np.isfinite(quotient.astype(np.float64)).all() else 2
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(values=_mixed_values(),
+       scale=st.sampled_from([2.0**-3, 0.75, 1.0, 2.0**10]))
+def test_the_exact_check_finds_each_kind_across_dtypes(values, scale):
+    """The exact branch reads the largest magnitude's bits per value, groups
+    values by dtype and puts the kinds back in order: mixed dtypes in any
+    order, empty values, subnormals and quotients that overflow."""
+    from tf_lossscale import finite_xla
+
+    @tf.function(jit_compile=True)
+    def check(*tensors):
+        finite = finite_xla.verdict(list(tensors), tf.constant(scale))
+        return finite, finite_xla.kinds_of(list(tensors))
+
+    finite, kinds = check(*[tf.constant(v) for v in values])
+    want = [_kind_reference(v, scale) for v in values]
+    assert bool(finite) == (not any(want))
+    assert kinds.numpy().tolist() == want
+
+
+@pytest.mark.parametrize("dtype", _DTYPES)
+def test_the_exact_check_tells_nan_from_inf_in_every_dtype(dtype):
+    """Each dtype's NaN, Inf and overflowing quotient, among values of
+    another dtype (hypothesis draws the first entries of a list far more
+    often than the last, so every kind is spelled out here)."""
+    from tf_lossscale import finite_xla
+    other = tf.float64 if dtype != tf.float64 else tf.float32
+    top = float(dtype.max)
+    values = [tf.ones([2], other),
+              tf.constant([1.0, np.nan], dtype),
+              tf.constant([[np.inf], [2.0]], dtype),
+              tf.constant([-np.inf, np.nan], dtype),
+              tf.constant([-top], dtype),
+              tf.constant([float(other.max)], other),
+              tf.constant([2.0**-5], dtype)]
+
+    @tf.function(jit_compile=True)
+    def check(*tensors):
+        finite = finite_xla.verdict(list(tensors), tf.constant(0.75))
+        return finite, finite_xla.kinds_of(list(tensors))
+
+    finite, kinds = check(*values)
+    assert not bool(finite)
+    assert kinds.numpy().tolist() == [0, 1, 2, 1, 2, 2, 0]

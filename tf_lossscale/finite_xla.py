@@ -38,7 +38,6 @@ from typing import (
     Callable,
     Dict,
     List,
-    NamedTuple,
     Optional,
     Sequence,
     Tuple,
@@ -172,39 +171,50 @@ def _exact(values: List[tf.Tensor], scale: Optional[tf.Tensor]
            ) -> Tuple[tf.Tensor, tf.Tensor]:
     """`verdict`, exactly, and each value's kind (see `kinds_of`).
 
-    One elementwise pass and one reduction per value (each is a kernel to
-    compile in every step): per element 2 if NaN, 1 if its quotient is
-    not finite (an Inf, or an overflow), else 0; the value's code is the
-    largest. Only a step whose fast check failed runs it.
+    One reduction per value, traced as three ops (each op costs about a
+    millisecond of every first call): the largest bits of its magnitudes.
+    Then per dtype, on their stacked vector: bits above +Inf's are a NaN;
+    else every quotient is finite iff the largest magnitude's is, since
+    rounding is monotonic. Only a step whose fast check failed runs it.
     """
-    # Shared by every value: tracing a constant per value costs time.
-    shared = _Shared([tf.constant(c, tf.int8) for c in (0, 1, 2)], {})
-    codes = [_code(v, scale, shared) for v in values]
-    worst = tf.stack(codes)
-    kinds = tf.gather(tf.constant([0, _INF, _NAN], tf.int32),
-                      tf.cast(worst, tf.int32))
-    return tf.reduce_all(tf.equal(worst, 0)), kinds
+    groups: Dict[tf.DType, List[int]] = {}
+    for i, v in enumerate(values):
+        groups.setdefault(v.dtype.base_dtype, []).append(i)
+    parts, order = [], []
+    for dtype, members in groups.items():
+        parts.append(_kinds_by_bits([values[i] for i in members], dtype,
+                                    scale))
+        order += members
+    kinds = parts[0] if len(parts) == 1 else tf.concat(parts, 0)
+    if order != sorted(order):
+        kinds = tf.gather(kinds, [order.index(i) for i in range(len(order))])
+    return tf.reduce_all(tf.equal(kinds, 0)), kinds
 
 
-class _Shared(NamedTuple):
-    codes: List[tf.Tensor]  # int8 0, 1, 2
-    axes: Dict[int, tf.Tensor]  # rank -> its reduction axes
+# Per float dtype: the integer of its width, the mask that drops the sign,
+# and +Inf's bits. Magnitudes' bits order as the magnitudes do, and every
+# NaN's lie above +Inf's.
+_BITS = {tf.float16: (tf.int16, 0x7FFF, 0x7C00),
+         tf.bfloat16: (tf.int16, 0x7FFF, 0x7F80),
+         tf.float32: (tf.int32, 0x7FFFFFFF, 0x7F800000),
+         tf.float64: (tf.int64, 0x7FFFFFFFFFFFFFFF, 0x7FF0000000000000)}
 
 
-def _code(v: tf.Tensor, scale: Optional[tf.Tensor], shared: _Shared
-          ) -> tf.Tensor:
-    """2 if `v` holds a NaN, else 1 if some `v / scale` is not finite,
-    else 0 (int8; 0 for an empty tensor)."""
-    zero, one, two = shared.codes
-    if v.shape.num_elements() == 0:
-        return zero
-    quotient = v if scale is None else divide(v, scale, tf.math.divide)
-    per_element = tf.where(tf.math.is_nan(v), two, tf.where(
-        tf.math.is_finite(quotient), zero, one))
-    code = tf.reduce_max(per_element, all_axes(v, shared.axes))
-    if v.shape.num_elements() is None:  # empty at run time: the least int8
-        code = tf.maximum(code, zero)
-    return code
+def _kinds_by_bits(values: List[tf.Tensor], dtype: tf.DType,
+                   scale: Optional[tf.Tensor]) -> tf.Tensor:
+    """Each value's kind (int32), for values of one float `dtype`."""
+    integer, mask, inf = _BITS[dtype]
+    shared_mask = tf.constant(mask, integer)
+    axes: Dict[int, tf.Tensor] = {}
+    # An empty value's largest is the least integer: the bits of -0.0.
+    top = tf.stack([tf.reduce_max(
+        tf.bitwise.bitwise_and(tf.bitcast(v, integer), shared_mask),
+        all_axes(v, axes)) for v in values])
+    largest = tf.bitcast(top, dtype)
+    quotient = largest if scale is None else divide(
+        largest, scale, tf.math.divide)
+    return tf.where(top > inf, _NAN, tf.where(
+        tf.math.is_finite(quotient), 0, _INF))
 
 
 # Kinds: 0 finite, 1 holds a NaN, 2 holds an Inf (or its quotient
