@@ -165,7 +165,7 @@ def check_unscaled(grads: Sequence[Any], scale: Any) -> tf.Tensor:
     """True iff all of `unscale_all(grads, scale)` is finite, not dividing.
 
     Inside a caller compiled whole by XLA this is one reduction per
-    gradient (`max|g|`, NaN as +Inf) and one division of the largest;
+    gradient (the largest magnitude's bits) and one division of the largest;
     elsewhere it is `unscale_and_check`'s verdict.
     """
     values = [v for v in map(_dense_values, grads) if v is not None]

@@ -21,10 +21,10 @@ in the optimized HLO of a compiled step (benchmarks/hlo_step.py):
   skip, sums that overflow, a scale below 1) the exact verdict decides, in
   a conditional whose other branch is empty, so XLA keeps it a conditional
   and runs it only then.
-- The exact verdict is `max|g|` per gradient (NaN as +Inf: XLA's CPU max
-  drops NaN), and per dtype the largest divided as every element is: all
-  of `g / scale` is finite iff that quotient is, since rounding is
-  monotonic.
+- The exact verdict reads each gradient's largest magnitude bits (three
+  traced ops; XLA's CPU max drops NaN, an integer max does not): NaN
+  bits lie above +Inf's, and all of `g / scale` is finite iff the
+  largest magnitude's quotient is, since rounding is monotonic.
 - The scale passes an optimization barrier first: XLA turns a division by
   a constant (a fixed scale) into a multiplication by its reciprocal,
   which is 0 on a CPU at 2**127.
