@@ -205,4 +205,3 @@ def _power_of_two(x: TensorLike) -> bool:
     if not (math.isfinite(x) and x > 0):
         return False
     return math.frexp(x)[0] == 0.5
-

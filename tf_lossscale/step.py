@@ -127,7 +127,7 @@ def _check_scaled(grads: List[Any], scale: tf.Tensor,
     return tf.logical_and(divided, kept)
 
 
-def _dividing_first(apply: Callable[[List[Any]], Any], scale: tf.Tensor,
+def _unscaling_first(apply: Callable[[List[Any]], Any], scale: tf.Tensor,
                     keep: Optional[Sequence[bool]], by_reciprocal: bool
                     ) -> Callable[[List[Any]], Any]:
     """`apply`, given scaled gradients: unscales (all but the kept) first,
@@ -194,7 +194,7 @@ def loss_scaled_step(
         unscaled, finite = origin[0], (
             verdict if verdict is not None
             else finite_lib.check_unscaled(*origin))
-        apply = _dividing_first(apply, origin[1], None, powers_of_two)
+        apply = _unscaling_first(apply, origin[1], None, powers_of_two)
     elif already_unscaled and verdict is not None:
         unscaled, finite = grads, verdict
     elif not already_unscaled and finite_lib.divides_where_used():
@@ -202,7 +202,7 @@ def loss_scaled_step(
         # them inside the apply branch, where the division fuses into the
         # update instead of being written out before the branch.
         unscaled, finite = grads, _check_scaled(grads, scale, keep)
-        apply = _dividing_first(apply, scale, keep, powers_of_two)
+        apply = _unscaling_first(apply, scale, keep, powers_of_two)
     else:
         unscaled, finite = _unscale_and_check(
             grads, scale, already_unscaled, keep)
