@@ -187,7 +187,10 @@ def _exact(values: List[tf.Tensor], scale: Optional[tf.Tensor]
         order += members
     kinds = parts[0] if len(parts) == 1 else tf.concat(parts, 0)
     if order != sorted(order):
-        kinds = tf.gather(kinds, [order.index(i) for i in range(len(order))])
+        position = [0] * len(order)
+        for at, i in enumerate(order):
+            position[i] = at
+        kinds = tf.gather(kinds, position)
     return tf.reduce_all(tf.equal(kinds, 0)), kinds
 
 
