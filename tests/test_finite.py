@@ -449,3 +449,13 @@ def test_what_the_xla_path_remembers_goes_with_its_graph():
     del step
     gc.collect()
     assert graphs and graphs[0]() is None
+
+
+@pytest.mark.parametrize("name", [
+    "all_finite", "apply_unscaled", "check_unscaled", "unscale_and_check",
+    "unscale_for_step", "unscale_all"])
+def test_the_traced_entry_points_are_not_converted_by_autograph(name):
+    """They hold no data-dependent Python control flow, and AutoGraph's
+    conversion cost about a second of every process's first call; a
+    function inserted above one of them once took its decorator."""
+    assert hasattr(getattr(finite, name), "autograph_info__")

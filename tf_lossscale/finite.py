@@ -161,6 +161,7 @@ def apply_unscaled(apply: Callable[[List[Any]], Any], grads: Sequence[Any],
                               by_reciprocal)
 
 
+@_not_converted
 def check_unscaled(grads: Sequence[Any], scale: Any) -> tf.Tensor:
     """True iff all of `unscale_all(grads, scale)` is finite, not dividing.
 
