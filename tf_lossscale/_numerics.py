@@ -38,10 +38,13 @@ def divide(t: tf.Tensor, scale: tf.Tensor,
 def multiply(t: tf.Tensor, *factors: tf.Tensor) -> tf.Tensor:
     """`t` times each float32 scalar of `factors` in turn, rounded to `t`'s
     dtype once: `divide`'s twin (float16 and bfloat16 in float32)."""
-    wide = tf.cast(t, tf.float32) if t.dtype in NARROW else t
+    narrow = t.dtype in NARROW
+    wide = tf.cast(t, tf.float32) if narrow else t
     for factor in factors:
-        wide = wide * tf.cast(factor, wide.dtype)
-    return tf.cast(wide, t.dtype)
+        wide = tf.math.multiply(
+            wide, factor if factor.dtype == wide.dtype
+            else tf.cast(factor, wide.dtype))
+    return tf.cast(wide, t.dtype) if narrow else wide
 
 
 def dense_values(grad: Any) -> Optional[tf.Tensor]:

@@ -28,6 +28,15 @@ in the optimized HLO of a compiled step (benchmarks/hlo_step.py):
 - The scale passes an optimization barrier first: XLA turns a division by
   a constant (a fixed scale) into a multiplication by its reciprocal,
   which is 0 on a CPU at 2**127.
+
+What costs a first call is tracing: TensorFlow spends about 600 Python
+calls creating each op, and a step is traced twice when its first call
+creates variables (tf_keras' slots), again for a smaller last batch. So
+the verdict, with its exact branch, is a `tf.function` of the gradients
+(`_traced_once`): a trace with the same gradient shapes reuses its graph,
+and XLA inlines it as if it were written out (the same HLO). A division
+or a multiply per gradient is not: passing a tensor to a `tf.function`
+costs more to trace than the op itself.
 """
 
 from __future__ import annotations
@@ -99,6 +108,12 @@ def unscale(grads: List[Any], values: List[Optional[tf.Tensor]],
     return unscaled, (verdict(present, scale) if check else None)
 
 
+def _traced_once(fn: Callable[..., Any]) -> Any:
+    """`fn`, a pure function of tensors, as a `tf.function` that a caller
+    traced again with the same shapes calls instead of tracing it again."""
+    return tf.function(fn, autograph=False)
+
+
 def apply_unscaled(apply: Callable[[List[Any]], Any], grads: List[Any],
                    scale: Any, by_reciprocal: bool) -> None:
     """Runs `apply` on the gradients unscaled (None kept), inside the apply
@@ -152,30 +167,39 @@ def verdict(values: List[tf.Tensor], scale: Optional[tf.Tensor]
     The exact branch also finds each value's kind (`kinds_of`), which a
     skipped step's record reads instead of reading every gradient again.
     """
+    finite, kinds = _checked(list(values), scale)
+    _remember_kinds(values, kinds)
+    return finite
+
+
+@_traced_once
+def _checked(values: List[tf.Tensor], scale: Optional[tf.Tensor]
+             ) -> Tuple[tf.Tensor, tf.Tensor]:
+    """`verdict` and the kinds: one sum per value, and `_exact` only if a
+    sum is not finite (or the scale is below 1)."""
+    axes: Dict[int, tf.Tensor] = {}
     wide = [v for v in values if v.dtype not in NARROW]
     probes = [is_finite(v) for v in values if v.dtype in NARROW]
     if wide:
-        probes.append(tf.math.is_finite(
-            add([tf.cast(tf.reduce_sum(v), tf.float32) for v in wide])))
+        probes.append(tf.math.is_finite(add(
+            [tf.cast(tf.reduce_sum(v, all_axes(v, axes)), tf.float32)
+             for v in wide])))
     fast = all_of(probes)
     if scale is not None:
         fast = tf.logical_and(fast, scale >= 1.0)
-    finite, kinds = tf.cond(
+    return tf.cond(
         fast, lambda: (fast, tf.zeros([len(values)], tf.int32)),
         lambda: _exact(values, scale))
-    _remember_kinds(values, kinds)
-    return finite
 
 
 def _exact(values: List[tf.Tensor], scale: Optional[tf.Tensor]
            ) -> Tuple[tf.Tensor, tf.Tensor]:
     """`verdict`, exactly, and each value's kind (see `kinds_of`).
 
-    One reduction per value, traced as three ops (each op costs about a
-    millisecond of every first call): the largest bits of its magnitudes.
-    Then per dtype, on their stacked vector: bits above +Inf's are a NaN;
-    else every quotient is finite iff the largest magnitude's is, since
-    rounding is monotonic. Only a step whose fast check failed runs it.
+    Per dtype, the largest bits of each value's magnitudes
+    (`_largest_bits`): bits above +Inf's are a NaN; else every quotient is
+    finite iff the largest magnitude's is, since rounding is monotonic.
+    Only a step whose fast check failed runs it.
     """
     groups: Dict[tf.DType, List[int]] = {}
     for i, v in enumerate(values):
@@ -185,13 +209,20 @@ def _exact(values: List[tf.Tensor], scale: Optional[tf.Tensor]
         parts.append(_kinds_by_bits([values[i] for i in members], dtype,
                                     scale))
         order += members
-    kinds = parts[0] if len(parts) == 1 else tf.concat(parts, 0)
-    if order != sorted(order):
-        position = [0] * len(order)
-        for at, i in enumerate(order):
-            position[i] = at
-        kinds = tf.gather(kinds, position)
+    kinds = _in_order(parts, order)
     return tf.reduce_all(tf.equal(kinds, 0)), kinds
+
+
+def _in_order(parts: List[tf.Tensor], order: List[int]) -> tf.Tensor:
+    """The entries of `parts`, joined, put back in order: the joined
+    vector's entry k belongs at position `order[k]`."""
+    joined = parts[0] if len(parts) == 1 else tf.concat(parts, 0)
+    if order == sorted(order):
+        return joined
+    position = [0] * len(order)
+    for at, i in enumerate(order):
+        position[i] = at
+    return tf.gather(joined, position)
 
 
 # Per float dtype: the integer of its width, the mask that drops the sign,
@@ -207,17 +238,44 @@ def _kinds_by_bits(values: List[tf.Tensor], dtype: tf.DType,
                    scale: Optional[tf.Tensor]) -> tf.Tensor:
     """Each value's kind (int32), for values of one float `dtype`."""
     integer, mask, inf = _BITS[dtype]
-    shared_mask = tf.constant(mask, integer)
-    axes: Dict[int, tf.Tensor] = {}
-    # An empty value's largest is the least integer: the bits of -0.0.
-    top = tf.stack([tf.reduce_max(
-        tf.bitwise.bitwise_and(tf.bitcast(v, integer), shared_mask),
-        all_axes(v, axes)) for v in values])
+    top = _largest_bits(values, integer, tf.constant(mask, integer))
     largest = tf.bitcast(top, dtype)
     quotient = largest if scale is None else divide(
         largest, scale, tf.math.divide)
     return tf.where(top > inf, _NAN, tf.where(
         tf.math.is_finite(quotient), 0, _INF))
+
+
+def _largest_bits(values: List[tf.Tensor], integer: tf.DType,
+                  mask: tf.Tensor) -> tf.Tensor:
+    """Each value's largest magnitude bits, in order (an empty value's is
+    the least integer, the bits of -0.0).
+
+    Values of one static shape (a model's repeated layers) are stacked and
+    reduced together: three ops traced for the group, where each value
+    alone traces three (an op costs about 600 Python calls to trace). The
+    stack is a copy, written only on a step whose fast check failed.
+    """
+    by_shape: Dict[Tuple[int, ...], List[int]] = {}
+    for i, v in enumerate(values):
+        if v.shape.is_fully_defined():
+            by_shape.setdefault(tuple(v.shape.as_list()), []).append(i)
+    groups = [m for m in by_shape.values() if len(m) > 1]
+    grouped = {i for m in groups for i in m}
+    singles = [i for i in range(len(values)) if i not in grouped]
+
+    def largest(t: tf.Tensor, axes: Any) -> tf.Tensor:
+        return tf.reduce_max(
+            tf.bitwise.bitwise_and(tf.bitcast(t, integer), mask), axes)
+
+    parts = [largest(tf.stack([values[i] for i in m]),
+                     list(range(1, values[m[0]].shape.rank + 1)))
+             for m in groups]
+    if singles:
+        shared: Dict[int, tf.Tensor] = {}
+        parts.append(tf.stack([largest(values[i], all_axes(values[i], shared))
+                               for i in singles]))
+    return _in_order(parts, [i for m in groups for i in m] + singles)
 
 
 # Kinds: 0 finite, 1 holds a NaN, 2 holds an Inf (or its quotient
