@@ -41,6 +41,10 @@ class Sizes:
     # timing each workload.
     xla_flags: str = ""
     collect_garbage: bool = True
+    # Each scaler row's first call is timed on this many fresh instances
+    # (its timed one and fresh twins of it, interleaved); the figure is
+    # their median. One sample moves by a tenth between runs.
+    first_calls: int = 3
 
 
 MODES: Dict[str, Sizes] = {
@@ -70,7 +74,7 @@ MODES: Dict[str, Sizes] = {
                   check_steps=3, fusions=(10,), fusions_per_tensor=(10,),
                   xla_steps=3, xla_loop_layers=1, twins=1, resamples=100,
                   xla_flags="--xla_backend_optimization_level=0",
-                  collect_garbage=False),
+                  collect_garbage=False, first_calls=2),
 }
 
 WARMUP_CALLS = 2
@@ -78,34 +82,82 @@ WARMUP_CALLS = 2
 
 @dataclasses.dataclass
 class Timing:
-    """One row: first-call seconds and per-call seconds."""
+    """One row: its first calls' seconds and per-call seconds."""
 
-    first_call_s: float
+    first_calls: List[float]
     samples: List[float] = dataclasses.field(default_factory=list)
 
+    @property
+    def first_call_s(self) -> float:
+        return _median(self.first_calls)
+
     def median_ms(self) -> float:
-        ordered = sorted(self.samples)
-        mid = len(ordered) // 2
-        if len(ordered) % 2:
-            return 1e3 * ordered[mid]
-        return 1e3 * (ordered[mid - 1] + ordered[mid]) / 2
+        return 1e3 * _median(self.samples)
 
     def as_json(self) -> dict:
         return {"first_call_s": round(self.first_call_s, 3),
+                "first_calls_s": [round(s, 3) for s in self.first_calls],
                 "median_ms": round(self.median_ms(), 3),
                 "samples_ms": [round(1e3 * s, 3) for s in self.samples]}
 
 
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    if len(ordered) % 2:
+        return ordered[mid]
+    return (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def as_in_a_new_process() -> None:
+    """Forgets what tf_lossscale traced once per gradient signature.
+
+    Its XLA verdict is a `tf.function` that a later step with the same
+    gradient shapes reuses (`finite_xla`): a row's first call would reuse
+    the trace of an earlier row or instance, as no first call in a new
+    process can.
+    """
+    from tf_lossscale import finite_xla
+    finite_xla._forget_traces()
+
+
 def time_first_call(fn: Callable[[], object]) -> float:
-    """Seconds for the first call (trace, compile, run)."""
+    """Seconds for the first call (trace, compile, run), paying whatever
+    tf_lossscale traces once per process (`as_in_a_new_process`)."""
+    as_in_a_new_process()
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
 
 
+Fresh = Dict[str, Callable[[], Callable[[], object]]]
+
+
+def again(fresh: Fresh, rounds: int,
+          log: Optional[Callable[[str], None]] = None
+          ) -> Dict[str, List[float]]:
+    """More first calls: `rounds` rounds, each builds a fresh instance of
+    every row in `fresh` (row -> a factory of its runner) and times its
+    first call, starting one row later each round; the instance is then
+    dropped."""
+    names = list(fresh)
+    seconds: Dict[str, List[float]] = {name: [] for name in names}
+    for round_ in range(rounds):
+        shift = (round_ + 1) % max(len(names), 1)
+        for name in names[shift:] + names[:shift]:
+            runner = fresh[name]()
+            seconds[name].append(time_first_call(runner))
+            del runner
+            if log is not None:
+                log(f"  first call of {name} (fresh, {round_ + 2}): "
+                    f"{seconds[name][-1]:.2f} s")
+    return seconds
+
+
 def interleave(rows: Dict[str, Callable[[], object]], steps: int,
                log: Optional[Callable[[str], None]] = None,
-               collect: bool = True) -> Dict[str, Timing]:
+               collect: bool = True, fresh: Optional[Fresh] = None,
+               first_calls: int = 1) -> Dict[str, Timing]:
     """Times `rows` round-robin, first calls included, medians compared.
 
     Every row is called once per round, starting each round one row later,
@@ -114,13 +166,17 @@ def interleave(rows: Dict[str, Callable[[], object]], steps: int,
     tracing it can pause a step for up to a second (`collect=False` skips
     the collection, a quarter of a second or more each time, where the
     timings do not matter). `log`, if given, gets a line per first call
-    (the long ones are most of a run's time).
+    (the long ones are most of a run's time). The rows of `fresh` (row ->
+    a factory of a fresh instance's runner) get `first_calls - 1` more
+    first calls (`again`), before the rows' own are timed.
     """
+    more = again(fresh or {}, first_calls - 1, log)
     timings = {}
     for name, fn in rows.items():
-        timings[name] = Timing(time_first_call(fn))
+        timings[name] = Timing([time_first_call(fn)] + more.get(name, []))
         if log is not None:
-            log(f"  first call of {name}: {timings[name].first_call_s:.2f} s")
+            log(f"  first call of {name}: {timings[name].first_calls[0]:.2f}"
+                " s")
     names = list(rows)
     for _ in range(WARMUP_CALLS):
         for name in names:

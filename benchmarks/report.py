@@ -23,6 +23,11 @@ from tables import (
 )
 from targets import targets, xla_targets
 
+_VERDICTS = ("verdicts on the medians; \"within noise\": the 90% interval of "
+             "measured - bound holds zero, or for a first call (the median "
+             "of its row's fresh instances) the two rows' first calls "
+             "overlap")
+
 
 def _describe(k3: Optional[dict], tk: Optional[dict], mode: str) -> dict:
     source = k3 or tk or {}
@@ -97,8 +102,7 @@ def non_xla_report(k3: Optional[dict], tk: Optional[dict],
     lines = [""] + [line for w in "abcd" if w in ran for line in sections[w]]
     lines += [
         "**Targets** (issue 15; each flavour against its own original, "
-        "verdicts on the medians; \"within noise\": the 90% interval of "
-        "measured - bound holds zero)", "",
+        f"{_VERDICTS})", "",
     ]
     return lines + targets_table(targets(k3, tk))
 
@@ -128,4 +132,4 @@ def xla_report(k3: Optional[dict], tk: Optional[dict], mode: str
         f"{f_vars} variables, SGD, {sizes.xla_steps} interleaved steps", "",
         *table_b(k3, tk, "f"), *warm_up_line(k3, tk, "f"), "",
         "**Targets under XLA** (issue 21; each flavour against its own "
-        "original)", "", *targets_table(xla_targets(k3, tk))]
+        f"original, {_VERDICTS})", "", *targets_table(xla_targets(k3, tk))]

@@ -4,7 +4,9 @@
 loop, (c) check+unscale; first calls), `xla_targets` issue 21's (under XLA:
 (e) fit, (f) the custom loop). A target is `value <= bound`, both computed
 from the medians of the rows it needs; the verdict is on the medians, and
-`noise` says whether the interval of value - bound holds zero.
+`noise` says whether the interval of value - bound holds zero (for a first
+call, the median of its fresh instances' first calls: whether the two
+rows' first calls overlap).
 benchmarks/README.md states each target and why.
 """
 
@@ -52,9 +54,23 @@ def _first_call_target(name: str, rows: Rows, ours: str, original: str
     if ours not in rows or original not in rows:
         return None
     mine, theirs = rows[ours]["first_call_s"], rows[original]["first_call_s"]
-    return {"target": name, "measured": f"{mine:.3g} s vs {theirs:.3g} s",
+    own = rows[ours].get("first_calls_s", [mine])
+    other = rows[original].get("first_calls_s", [theirs])
+    shown = f"{mine:.3g} s vs {theirs:.3g} s"
+    if len(own) > 1 and len(other) > 1:
+        shown += f" (medians of {len(own)} and {len(other)})"
+    return {"target": name, "measured": shown,
             "value": mine, "bound": theirs, "met": mine <= theirs,
-            "noise": None}
+            "noise": _overlap(own, other)}
+
+
+def _overlap(own: Sequence[float], other: Sequence[float]
+             ) -> Optional[bool]:
+    """Whether two rows' first calls overlap (None: one sample of either):
+    then another run may give the other verdict."""
+    if len(own) < 2 or len(other) < 2:
+        return None
+    return min(own) <= max(other) and min(other) <= max(own)
 
 
 def targets(k3: Optional[dict], tk: Optional[dict]) -> List[dict]:

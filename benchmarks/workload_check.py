@@ -12,9 +12,10 @@ floats). Rows: `plain` (read the gradients and return them), the original
 
 from __future__ import annotations
 
+import functools
 import re
 import time
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -62,7 +63,9 @@ def _ours_through_the_public_api(keras: Any) -> Callable[[List[Any]], Any]:
 
 
 def _check_rows(keras: Any, shapes: List[tuple]
-                ) -> Dict[str, Callable[[], Any]]:
+                ) -> Tuple[Dict[str, Callable[[], Any]], common.Fresh]:
+    """The rows (row -> runner), and factories of fresh runners of the
+    original and ours (their own `tf.function`s: more first calls)."""
     grads = [tf.Variable(tf.random.normal(s)) for s in shapes]
     total = sum(int(np.prod(s)) for s in shapes)
     one = tf.Variable(tf.random.normal([total]))
@@ -100,8 +103,13 @@ def _check_rows(keras: Any, shapes: List[tuple]
     if not rows.legacy():
         timed.update({"one tensor": one_tensor,
                       "plain one tensor": plain_one_tensor})
-    return {k: (lambda f: lambda: f()[1].numpy())(
-        tf.function(fn, autograph=False)) for k, fn in timed.items()}
+    def runner(fn: Callable[[], Any]) -> Callable[[], Any]:
+        traced = tf.function(fn, autograph=False)
+        return lambda: traced()[1].numpy()
+
+    return ({k: runner(fn) for k, fn in timed.items()},
+            {k: functools.partial(runner, timed[k])
+             for k in (rows.original_key(), "ours")})
 
 
 def workload_c(keras: Any, sizes: common.Sizes) -> Dict[str, Any]:
@@ -113,11 +121,13 @@ def workload_c(keras: Any, sizes: common.Sizes) -> Dict[str, Any]:
     }
     out = {}
     for case, shapes in cases.items():
-        timed = _check_rows(keras, shapes)
+        timed, fresh = _check_rows(keras, shapes)
         floats = sum(int(np.prod(s)) for s in shapes)
         common.log(f"(c) {len(shapes)} tensors, {floats} floats")
         timings = common.interleave(timed, sizes.check_steps, log=common.log,
-                                    collect=sizes.collect_garbage)
+                                    collect=sizes.collect_garbage,
+                                    fresh=fresh,
+                                    first_calls=sizes.first_calls)
         common.log(f"(c) {case}: done")
         out[case] = {"tensors": len(shapes), "floats": floats,
                      "rows": {k: t.as_json() for k, t in timings.items()}}

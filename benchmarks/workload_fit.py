@@ -47,6 +47,15 @@ def _compiled(keras: Any, sizes: common.Sizes, weights: Any,
     return model
 
 
+def _fresh(keras: Any, sizes: common.Sizes, weights: Any,
+           make: Callable[[], Any], batch: Batch, jit_compile: bool
+           ) -> Callable[[], Callable[[], Any]]:
+    """A factory of the row's runner on a fresh model and optimizer: more
+    first calls of the row (`common.again`)."""
+    return lambda: _on_batch(
+        _compiled(keras, sizes, weights, make, jit_compile), batch)
+
+
 def _batch(sizes: common.Sizes) -> Batch:
     rng = np.random.default_rng(0)
     x = rng.standard_normal((sizes.mlp_batch, sizes.mlp_width)
@@ -64,18 +73,25 @@ def workload_a(keras: Any, sizes: common.Sizes, optimizer: str
                            sizes.mlp_layers).get_weights()
     makers = rows.optimizer_makers(keras, optimizer, "barrier")
     warm = common.warm_up(_twins(keras, sizes, makers, jit_compile=False))
-    timed = {}
+    timed: Dict[str, Callable[[], Any]] = {}
+    fresh: common.Fresh = {}
     for row, make in makers.items():
         model = _compiled(keras, sizes, weights, make, jit_compile=False)
         timed[row] = _on_batch(model, (x, y))
-        if optimizer == "SGD" and rows.is_scaler(row):
+        if not rows.is_scaler(row):
+            continue
+        fresh[row] = _fresh(keras, sizes, weights, make, (x, y), False)
+        if optimizer == "SGD":
             # Every step non-finite, so every step is skipped.
             skip = _compiled(keras, sizes, weights, make, jit_compile=False)
             timed[row + " skipped"] = _on_batch(skip, (x_nan, y))
+            fresh[row + " skipped"] = _fresh(keras, sizes, weights, make,
+                                             (x_nan, y), False)
     params = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
     common.log(f"(a) {optimizer}: {len(timed)} rows, {params} parameters")
     timings = common.interleave(timed, sizes.mlp_steps, log=common.log,
-                                collect=sizes.collect_garbage)
+                                collect=sizes.collect_garbage, fresh=fresh,
+                                first_calls=sizes.first_calls)
     common.log(f"(a) {optimizer}: done")
     return {"parameters": params, "variables": len(model.trainable_variables),
             "warm_up_s": warm,
@@ -90,13 +106,17 @@ def workload_e(keras: Any, sizes: common.Sizes, optimizer: str
                            sizes.mlp_layers).get_weights()
     makers = rows.optimizer_makers(keras, optimizer, "limit")
     warm = common.warm_up(_twins(keras, sizes, makers, jit_compile=True))
-    timed = {}
+    timed: Dict[str, Callable[[], Any]] = {}
+    fresh: common.Fresh = {}
     for row, make in makers.items():
         model = _compiled(keras, sizes, weights, make, jit_compile=True)
         timed[row] = _on_batch(model, (x, y))
+        if rows.is_scaler(row):
+            fresh[row] = _fresh(keras, sizes, weights, make, (x, y), True)
     common.log(f"(e) {optimizer}, XLA: {len(timed)} rows")
     timings = common.interleave(timed, sizes.xla_steps, log=common.log,
-                                collect=sizes.collect_garbage)
+                                collect=sizes.collect_garbage, fresh=fresh,
+                                first_calls=sizes.first_calls)
     common.log(f"(e) {optimizer}: done")
     return {"variables": len(model.trainable_variables), "warm_up_s": warm,
             "rows": {k: t.as_json() for k, t in timings.items()}}

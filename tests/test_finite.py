@@ -10,14 +10,8 @@ under XLA.
 """
 
 import gc
-import json
-import os
 import re
-import shutil
-import subprocess
-import sys
 import weakref
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -330,74 +324,6 @@ def test_replicas_agree_when_only_one_sees_a_nan(mirrored_strategy):
         own)] == [True, False]
     assert [bool(v) for v in mirrored_strategy.experimental_local_results(
         agreed)] == [False, False]
-
-
-# --- the benchmark harness (a smoke test: it times nothing that is checked)
-
-REPO = Path(__file__).resolve().parent.parent
-
-
-def test_bench_harness_runs_every_workload_and_prints_a_table(tmp_path):
-    out = tmp_path / "bench.json"
-    done = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "run.py"), "--mode",
-         "tiny", "--json", str(out), "--record-cost"],
-        capture_output=True, text=True, timeout=600,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    assert done.returncode == 0, done.stderr[-3000:]
-    for heading in ("| row | SGD ms |", "| row | step ms |",
-                    "| row | big: ms |", "| row | n = 10 |",
-                    "| target | measured | met |"):
-        assert heading in done.stdout
-    result = json.loads(out.read_text())
-    for keras in ("keras3", "tf_keras"):
-        # Each flavour against its own original, in its own process.
-        rows = result[keras]["a"]["SGD"]["rows"]
-        assert {"plain", "barrier", keras, "ours"} <= set(rows)
-        assert all(r["median_ms"] > 0 for r in rows.values())
-        assert {"plain", keras, "ours documented"} <= set(
-            result[keras]["b"]["rows"])
-        for case in ("big", "small"):
-            assert {"plain", keras, "ours", "one read"} <= set(
-                result[keras]["c"][case]["rows"])
-    assert result["keras3"]["b"]["flows"]["ours"] == "keras"
-    assert result["tf_keras"]["b"]["flows"]["tf_keras"] == "documented"
-    names = [t["target"] for t in result["targets"]]
-    for flavour in ("Keras 3", "tf_keras"):
-        assert any(n.startswith(f"(b) {flavour}") and "documented flow: "
-                   "ours <= original / 2" in n for n in names)
-    d = result["keras3"]["d"]
-    assert d["per gradient count"]["10"]["ours"]["fusions"] > 0
-    # Under XLA: (e) and (f), with the limit row and issue 21's targets.
-    assert "#### Under XLA" in done.stdout
-    for keras in ("keras3", "tf_keras"):
-        assert {"plain", "limit", keras, "ours"} <= set(
-            result[keras]["e"]["SGD"]["rows"])
-        assert {"plain", "limit", keras, "ours documented"} <= set(
-            result[keras]["f"]["rows"])
-    assert any(t["target"].startswith("(e) Keras 3, SGD")
-               for t in result["xla_targets"])
-    # --record-cost: ours without the skip record, beside ours.
-    for keras in ("keras3", "tf_keras"):
-        for rows in (result[keras]["a"]["SGD"]["rows"],
-                     result[keras]["e"]["SGD"]["rows"],
-                     result[keras]["b"]["rows"], result[keras]["f"]["rows"]):
-            assert {"ours, no record"} <= set(rows)
-    assert "tf_lossscale without the skip record" in done.stdout
-
-
-def test_bench_outside_a_checkout_says_the_suite_is_missing(tmp_path):
-    # An installed copy of the package, without the repository around it.
-    shutil.copytree(REPO / "tf_lossscale", tmp_path / "tf_lossscale")
-    done = subprocess.run(
-        [sys.executable, "-c", "import sys; from tf_lossscale import bench; "
-         "sys.exit(bench.run(quick=True, json_path=None))"],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path,
-        env=dict(os.environ, PYTHONPATH=str(tmp_path),
-                 TF_CPP_MIN_LOG_LEVEL="2"))
-    assert done.returncode == 2
-    assert "benchmarks/run.py" in done.stderr
-    assert "source checkout" in done.stderr
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])

@@ -192,6 +192,14 @@ def _checked(values: List[tf.Tensor], scale: Optional[tf.Tensor]
         lambda: _exact(values, scale))
 
 
+def _forget_traces() -> None:
+    """Drops `_checked`'s traces, as a new process has none: the benchmark
+    times each first call as a process's first (steps already traced keep
+    what they use)."""
+    global _checked
+    _checked = _traced_once(_checked.python_function)
+
+
 def _exact(values: List[tf.Tensor], scale: Optional[tf.Tensor]
            ) -> Tuple[tf.Tensor, tf.Tensor]:
     """`verdict`, exactly, and each value's kind (see `kinds_of`).

@@ -1,0 +1,184 @@
+"""The benchmark harness (benchmarks/): it runs, and it times first calls
+fairly. Nothing here checks a timing: the smoke test runs every workload
+at the least cost (`--mode tiny`), the rest checks how the harness
+combines the seconds it is given."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tensorflow as tf
+
+from tf_lossscale import finite_xla
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_bench_harness_runs_every_workload_and_prints_a_table(tmp_path):
+    out = tmp_path / "bench.json"
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "run.py"), "--mode",
+         "tiny", "--json", str(out), "--record-cost"],
+        capture_output=True, text=True, timeout=600,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    for heading in ("| row | SGD ms |", "| row | step ms |",
+                    "| row | big: ms |", "| row | n = 10 |",
+                    "| target | measured | met |"):
+        assert heading in done.stdout
+    result = json.loads(out.read_text())
+    for keras in ("keras3", "tf_keras"):
+        # Each flavour against its own original, in its own process.
+        rows = result[keras]["a"]["SGD"]["rows"]
+        assert {"plain", "barrier", keras, "ours"} <= set(rows)
+        assert all(r["median_ms"] > 0 for r in rows.values())
+        assert {"plain", keras, "ours documented"} <= set(
+            result[keras]["b"]["rows"])
+        for case in ("big", "small"):
+            assert {"plain", keras, "ours", "one read"} <= set(
+                result[keras]["c"][case]["rows"])
+    # Each scaler row's first call is the median of fresh instances'.
+    for keras in ("keras3", "tf_keras"):
+        for rows in (result[keras]["a"]["SGD"]["rows"],
+                     result[keras]["c"]["big"]["rows"],
+                     result[keras]["e"]["SGD"]["rows"],
+                     result[keras]["f"]["rows"]):
+            assert len(rows["plain"]["first_calls_s"]) == 1
+            assert len(rows[keras]["first_calls_s"]) == 2
+            assert len(rows["ours" if "ours" in rows else "ours documented"]
+                       ["first_calls_s"]) == 2
+        assert len(result[keras]["f"]["rows"]["ours documented"]
+                   ["first_calls_s"]) == 2
+    assert "(medians of 2 and 2)" in done.stdout
+    assert result["keras3"]["b"]["flows"]["ours"] == "keras"
+    assert result["tf_keras"]["b"]["flows"]["tf_keras"] == "documented"
+    names = [t["target"] for t in result["targets"]]
+    for flavour in ("Keras 3", "tf_keras"):
+        assert any(n.startswith(f"(b) {flavour}") and "documented flow: "
+                   "ours <= original / 2" in n for n in names)
+    d = result["keras3"]["d"]
+    assert d["per gradient count"]["10"]["ours"]["fusions"] > 0
+    # Under XLA: (e) and (f), with the limit row and issue 21's targets.
+    assert "#### Under XLA" in done.stdout
+    for keras in ("keras3", "tf_keras"):
+        assert {"plain", "limit", keras, "ours"} <= set(
+            result[keras]["e"]["SGD"]["rows"])
+        assert {"plain", "limit", keras, "ours documented"} <= set(
+            result[keras]["f"]["rows"])
+    assert any(t["target"].startswith("(e) Keras 3, SGD")
+               for t in result["xla_targets"])
+    # --record-cost: ours without the skip record, beside ours.
+    for keras in ("keras3", "tf_keras"):
+        for rows in (result[keras]["a"]["SGD"]["rows"],
+                     result[keras]["e"]["SGD"]["rows"],
+                     result[keras]["b"]["rows"], result[keras]["f"]["rows"]):
+            assert {"ours, no record"} <= set(rows)
+    assert "tf_lossscale without the skip record" in done.stdout
+
+
+def test_bench_outside_a_checkout_says_the_suite_is_missing(tmp_path):
+    # An installed copy of the package, without the repository around it.
+    shutil.copytree(REPO / "tf_lossscale", tmp_path / "tf_lossscale")
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys; from tf_lossscale import bench; "
+         "sys.exit(bench.run(quick=True, json_path=None))"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        env=dict(os.environ, PYTHONPATH=str(tmp_path),
+                 TF_CPP_MIN_LOG_LEVEL="2"))
+    assert done.returncode == 2
+    assert "benchmarks/run.py" in done.stderr
+    assert "source checkout" in done.stderr
+
+
+# --- first calls: the median of fresh instances, each as a new process's
+
+@pytest.fixture
+def common(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import common as module
+    return module
+
+
+def _runner(seconds, built=None, name=None):
+    """A row's runner whose first call "takes" `seconds`."""
+    def run():
+        return None
+    run.seconds = seconds
+    if built is not None:
+        built.append((name, seconds))
+    return run
+
+
+def test_a_rows_first_call_is_the_median_of_its_fresh_instances(
+        common, monkeypatch):
+    monkeypatch.setattr(common, "time_first_call", lambda fn: fn.seconds)
+    built = []
+
+    def fresh(name, seconds):
+        pending = iter(seconds)
+        return lambda: _runner(next(pending), built, name)
+
+    timings = common.interleave(
+        {"plain": _runner(1.0), "orig": _runner(2.0), "ours": _runner(9.0)},
+        steps=2, collect=False, first_calls=3,
+        fresh={"orig": fresh("orig", [6.0, 7.0]),
+               "ours": fresh("ours", [3.0, 4.0])})
+    # The row's own instance first, then the fresh ones; plain has one.
+    assert timings["ours"].first_calls == [9.0, 3.0, 4.0]
+    assert timings["ours"].first_call_s == 4.0
+    assert timings["orig"].first_call_s == 6.0
+    assert timings["plain"].first_calls == [1.0]
+    # Each round starts one row later: neither row always comes first.
+    assert built == [("ours", 3.0), ("orig", 6.0), ("orig", 7.0),
+                     ("ours", 4.0)]
+    assert timings["ours"].as_json()["first_calls_s"] == [9.0, 3.0, 4.0]
+    assert timings["ours"].as_json()["first_call_s"] == 4.0
+    assert [len(t.samples) for t in timings.values()] == [2, 2, 2]
+
+
+def test_one_first_call_per_row_builds_no_fresh_instance(common,
+                                                          monkeypatch):
+    monkeypatch.setattr(common, "time_first_call", lambda fn: fn.seconds)
+    timings = common.interleave(
+        {"ours": _runner(5.0)}, steps=1, collect=False, first_calls=1,
+        fresh={"ours": lambda: pytest.fail("built a fresh instance")})
+    assert timings["ours"].first_calls == [5.0]
+
+
+def test_each_first_call_traces_the_verdict_as_a_new_process_would(common):
+    """The verdict's trace is reused by any later step of the same gradient
+    shapes: timed as a first call, a row must not reuse another's."""
+    grads = [tf.ones([3, 19]), tf.ones([19])]
+    step = tf.function(lambda g: finite_xla.verdict(g, tf.constant(2.0)),
+                       jit_compile=True)
+    assert bool(step(grads))
+    checked = finite_xla._checked
+    again = tf.function(lambda g: finite_xla.verdict(g, tf.constant(2.0)),
+                        jit_compile=True)
+    common.time_first_call(lambda: again(grads))
+    assert finite_xla._checked is not checked
+    assert finite_xla._checked.experimental_get_tracing_count() == 1
+    # The step traced before still runs its own trace, and still checks.
+    assert not bool(step([tf.fill([3, 19], float("nan")), tf.ones([19])]))
+    assert finite_xla._checked.experimental_get_tracing_count() == 1
+
+
+def test_first_call_targets_are_on_the_medians_and_say_when_they_overlap(
+        common):
+    import targets
+    rows = {"ours": {"first_call_s": 4.0, "first_calls_s": [9.0, 3.0, 4.0]},
+            "orig": {"first_call_s": 6.0, "first_calls_s": [2.0, 6.0, 7.0]},
+            "apart": {"first_call_s": 10.0,
+                      "first_calls_s": [10.0, 11.0, 12.0]},
+            "single": {"first_call_s": 5.0}}
+    overlapping = targets._first_call_target("t", rows, "ours", "orig")
+    assert overlapping["met"] is True and overlapping["noise"] is True
+    assert overlapping["measured"] == "4 s vs 6 s (medians of 3 and 3)"
+    apart = targets._first_call_target("t", rows, "apart", "orig")
+    assert apart["met"] is False and apart["noise"] is False
+    single = targets._first_call_target("t", rows, "single", "orig")
+    assert single["noise"] is None and single["measured"] == "5 s vs 6 s"
