@@ -64,7 +64,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
                         help="every row, smaller (b) and (c), fewer "
-                        "steps: about 3 minutes on 2 cores")
+                        "steps: about 23 minutes on 2 cores")
     parser.add_argument("--json", metavar="PATH", default=None,
                         help="also write every number as JSON to PATH")
     parser.add_argument("--mode", choices=sorted(common.MODES), default=None,
@@ -73,7 +73,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="a subset of abcdef (default: all; e and f "
                         "are a and b compiled with XLA)")
     parser.add_argument("--xla", action="store_true",
-                        help="only the XLA workloads (e, f): a few minutes")
+                        help="only the XLA workloads (e, f)")
     parser.add_argument("--record-cost", action="store_true",
                         help="also time ours without the skip record (the "
                         "step before issue 22) in every workload")

@@ -29,10 +29,10 @@ def run(quick: bool, json_path: Optional[str], xla: bool = False,
 
     Args:
       quick: every row and target on smaller workloads, fewer steps
-        (about 4 minutes on two cores).
+        (about 23 minutes on two cores; 11 with `xla`).
       json_path: if given, every number is also written there as JSON.
       xla: only the rows compiled with XLA (`jit_compile=True`, Keras 3's
-        default for `fit` on a GPU): a few minutes.
+        default for `fit` on a GPU).
       record_cost: also time ours without the skip record, in every
         workload (what the record costs, in one run).
     """

@@ -145,7 +145,8 @@ def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
     bench = commands.add_parser(
         "bench", help="benchmark against Keras' own LossScaleOptimizer")
     bench.add_argument("--quick", action="store_true",
-                       help="a shorter run (about 4 minutes on two cores)")
+                       help="every row and target, smaller (about 23 "
+                       "minutes on two cores)")
     bench.add_argument("--xla", action="store_true",
                        help="only the rows compiled with XLA (jit_compile="
                        "True, Keras 3's default for fit on a GPU)")
