@@ -12,7 +12,7 @@ fails, naming the case and both outcomes.
 
 `DELIBERATE` is the one list of the differences the fuzz may meet; each
 entry says which pair and call it covers, how to recognise the case and
-why the difference is kept (API.md section 0 and README's list).
+why the difference is kept (docs/differences.md and README's list).
 """
 
 from __future__ import annotations

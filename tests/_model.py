@@ -8,7 +8,7 @@ multipliers that float32 cannot represent, such as 1.1).
 
 Without knobs it is TensorFlow's `DynamicLossScale`: one `multiplier` grows
 and (dividing) backs off, the floor is 1, growth stops short of inf. The
-keyword-only knobs are those of `LossScaleOptimizer` (API.md section 7):
+keyword-only knobs are those of `LossScaleOptimizer` (docs/scaling-policy.md):
 
 - `growth_factor`: multiplies on a growth (default: `multiplier`);
 - `backoff_factor`: multiplies on a back-off (default: none, and a back-off

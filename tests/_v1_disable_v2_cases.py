@@ -168,7 +168,7 @@ def case_minimize_with_a_fixed_scale_equals_tensorflows_on_finite_steps():
 
 
 def case_fixed_scale_skips_a_nan_step():
-    """API.md section 0: no non-finite step changes a variable or a slot,
+    """docs/differences.md: no non-finite step changes a variable or a slot,
     with a fixed scale too (TensorFlow's class applies it)."""
     make_inner = lambda: v1.train.MomentumOptimizer(0.25, 0.9)  # noqa: E731
     values = [([1.0, 0.5, 0.25], [0]), ([NAN, 0.5, 0.25], [0])]

@@ -18,7 +18,7 @@ inner optimizer's slots, the scale and the counter must be bit-identical,
 and the return values of the same types. Checkpoints restore both ways with
 `assert_consumed()`.
 
-Where a deliberate difference of API.md section 0 applies, the test asserts
+Where a deliberate difference of docs/differences.md applies, the test asserts
 that difference instead of equality:
 
 - `iterations` advances on a skipped step on ours, not on Keras';
@@ -256,7 +256,7 @@ METHODS = st.lists(st.sampled_from(["apply", "apply_gradients"]),
 def test_eager_trajectories_equal_keras_except_the_deliberate_differences(
         inner, initial, growth, trajectory, flow, methods):
     pair, variables = _eager_pair(inner, initial, growth)
-    # Configs are equal, plus our `dynamic` (API.md section 0); an integral
+    # Configs are equal, plus our `dynamic` (docs/differences.md); an integral
     # float `growth` is kept by Keras and made an int by ours: equal values.
     assert pair[0].get_config() == {**pair[1].get_config(), "dynamic": True}
     assert type(pair[0].dynamic_growth_steps) is int
@@ -384,7 +384,7 @@ def test_fixed_scale_equals_keras_loss_scale_factor_until_a_nan_step(
         inner, value, trajectory, flow):
     """Keras' replacement for `dynamic=False` is the inner optimizer's
     `loss_scale_factor`. Finite steps match it bit for bit; a non-finite
-    step is skipped by ours (API.md section 0) and written into the
+    step is skipped by ours (docs/differences.md) and written into the
     variables by Keras'."""
     ours = tf_lossscale.LossScaleOptimizer(
         INNERS[inner](), dynamic=False, initial_scale=value)
@@ -602,7 +602,7 @@ def test_inner_clipping_acts_on_unscaled_gradients_and_inf_is_skipped(clip):
 
 
 def test_clipping_set_through_the_wrapper_reaches_the_inner_only_on_ours():
-    # Deliberate difference (API.md section 0): hyperparameters read and
+    # Deliberate difference (docs/differences.md): hyperparameters read and
     # write through; on Keras' class `clipnorm` is the wrapper's own.
     ours = tf_lossscale.LossScaleOptimizer(
         keras.optimizers.SGD(1.0, clipnorm=1.0), initial_scale=4.0)
@@ -628,7 +628,7 @@ def test_iterations_has_no_setter_as_on_keras(cls):
 
 def test_setting_loss_scale_raises_attribute_error_on_ours():
     # `loss_scale` is TensorFlow's documented read-only attribute, which the
-    # Keras 3 flavour has (API.md section 0); Keras' class has no such
+    # Keras 3 flavour has (docs/differences.md); Keras' class has no such
     # attribute, so there it is a plain assignment.
     ours = tf_lossscale.LossScaleOptimizer(keras.optimizers.SGD())
     with pytest.raises(AttributeError):

@@ -11,7 +11,7 @@ verdict, the scale, the good-step count, the returned types and the
 graph-mode `update_op` values must be equal. So must `repr`, `get_config`
 and checkpoints, which restore both ways with `assert_consumed()`.
 
-Where the two differ on purpose (API.md), the test says so explicitly:
+Where the two differ on purpose (docs/differences.md), the test says so explicitly:
 eagerly our `update_op` is always None (TensorFlow returns the counter's
 unread assignment on a finite non-growth step), and a fractional
 `increment_period` is a ValueError (TensorFlow truncates it).
@@ -202,7 +202,7 @@ def test_eager_trajectories_equal_tensorflows(initial, period, multiplier,
         assert isinstance(their_apply, tf.Tensor)
         assert our_apply.dtype == their_apply.dtype == tf.bool
         assert bool(our_apply) == bool(their_apply) == expected
-        # API.md section 1: eagerly the update has happened and the op is
+        # docs/differences.md: eagerly the update has happened and the op is
         # None. TensorFlow returns None too, except on a finite step that
         # only counts, where its cond returns the counter's assign_add.
         assert our_op is None
@@ -265,7 +265,7 @@ def test_eager_repr_spells_the_scale_as_tensorflows_does(args, grads):
 
 
 def test_fractional_increment_period_is_refused_where_tensorflow_truncates():
-    # API.md section 0: integral floats are accepted, a fractional one is a
+    # docs/differences.md: integral floats are accepted, a fractional one is a
     # ValueError. TensorFlow's class silently truncates it with int().
     assert TF.DynamicLossScale(2, 2.5, 2).increment_period == 2
     with pytest.raises(ValueError, match="increment_period"):

@@ -2,7 +2,7 @@
 
 `tests/tf_keras_cases/cases_differential.py` compares the two flavours
 step by step and must pass as a whole (its runner refuses xfails), so the
-differences it found that no deliberate difference of API.md section 0
+differences it found that no deliberate difference of docs/differences.md
 explains are checked here, each as a strict xfail naming its cause. One
 subprocess with `TF_USE_LEGACY_KERAS=1` observes both classes and reports
 what it saw as JSON.

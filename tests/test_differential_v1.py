@@ -17,7 +17,7 @@ there. (At 2**127 the reciprocal is a float32 subnormal that TensorFlow's
 CPU kernels flush to zero: its gradients vanish; ours do not. A test below
 shows it.)
 
-Deliberate difference (API.md section 0): with a fixed scale, a step with a
+Deliberate difference (docs/differences.md): with a fixed scale, a step with a
 NaN or Inf gradient is skipped by ours and applied by TensorFlow's.
 
 Eagerly, in a tf.function and under MirroredStrategy (the shared one of

@@ -1,4 +1,4 @@
-"""`tf_lossscale.experimental.LossScaleOptimizer`: seeds/001, API.md 3."""
+"""`tf_lossscale.experimental.LossScaleOptimizer`: seeds/001, docs/migrating.md."""
 
 import warnings
 

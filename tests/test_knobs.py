@@ -1,4 +1,4 @@
-"""The scaling-policy knobs (API.md section 7) on the rule and on Keras 3.
+"""The scaling-policy knobs (docs/scaling-policy.md) on the rule and on Keras 3.
 
 `min_scale`, `max_scale`, `growth_factor`, `backoff_factor` and `hysteresis`:
 

@@ -8,7 +8,7 @@ EXPECTED = [
     "DynamicLossScale",
     "FixedLossScale",
     "LossScale",
-    "LossScaleMonitor",  # API.md section 7
+    "LossScaleMonitor",  # docs/scaling-policy.md
     "LossScaleOptimizer",
     "MixedPrecisionLossScaleOptimizer",
     "SkipRecord",  # why a step was skipped (optimizer.last_skip)

@@ -8,7 +8,7 @@ inner optimizer, handed on the same way:
 - the hyperparameters: a name the wrapper does not have itself and the
   inner optimizer keeps in its `_hyper` (`lr`, `learning_rate`, ...) reads
   and writes there, and so do the clipping attributes and the plain
-  attributes of `ATTRIBUTES` (API.md section 0: hyperparameters read
+  attributes of `ATTRIBUTES` (docs/differences.md: hyperparameters read
   through, which tf_keras' wrapper does for `_hyper` names only);
 - its state: `iterations`, `weights`, `get_weights`, `set_weights`,
   `variables()` and the slots (an h5 file keeps no loss scale, as with
@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 # Settings of the built-in legacy optimizers that they keep as plain
-# attributes, not in `_hyper`; they read and write through too (API.md
+# attributes, not in `_hyper`; they read and write through too (docs/differences.md
 # section 0: hyperparameters of the inner optimizer read through, which
 # tf_keras' wrapper does for `_hyper` names only).
 ATTRIBUTES = ("amsgrad", "centered", "epsilon", "nesterov")

@@ -5,7 +5,7 @@ package, swaps the class under test for ours, and declares two tables,
 each keyed by pytest's test name (`item.name`, parameter suffix included)
 and giving the reason:
 
-- `DESELECT`: tests of one of API.md section 0's deliberate differences.
+- `DESELECT`: tests of one of docs/differences.md's deliberate differences.
   They are not run (pytest reports them as deselected).
 - `XFAIL`: tests that fail today because of a defect of ours, named in
   the reason. They run as `xfail(strict=True, raises=...)`: the mark only

@@ -51,10 +51,10 @@ LossScaleOptimizerTest = KERAS_SUITE.LossScaleOptimizerTest
 
 DESELECT = {
     "test_init_dynamic_arg":
-        "deliberate difference (API.md section 0): the Keras 3 flavour has "
+        "deliberate difference (docs/differences.md): the Keras 3 flavour has "
         "TensorFlow's dynamic=False; Keras 3 raises ValueError for it.",
     "test_serialization":
-        "deliberate difference (API.md section 0): the Keras 3 flavour has "
+        "deliberate difference (docs/differences.md): the Keras 3 flavour has "
         "`dynamic` in its config, so get_config() has 5 keys, not Keras' 4.",
 }
 

@@ -20,8 +20,8 @@ rule has the floor of 1 and never grows to inf, like ours. Checkpoints
 restore both ways with `assert_consumed()`.
 
 Differences asserted explicitly (see each test): a NaN step with a fixed
-scale (API.md section 0: ours skips it, tf_keras applies it); gradients
-from `get_scaled_loss` alone (API.md section 2: ours takes them as scaled,
+scale (docs/differences.md: ours skips it, tf_keras applies it); gradients
+from `get_scaled_loss` alone (docs/differences.md: ours takes them as scaled,
 tf_keras as unscaled); `variables` (ours lists the scale and the counter
 after the inner optimizer's, as README says, for h5/.keras files). Defects
 of ours against tf_keras are strict xfails in
@@ -352,7 +352,7 @@ def test_at_2_to_the_127_tf_keras_gradients_vanish_and_ours_do_not():
 def test_fixed_scale_equals_tf_keras_until_a_non_finite_step(
         inner, value, trajectory, flow):
     """Finite steps match bit for bit; a non-finite step is skipped by ours
-    (API.md section 0) and applied by tf_keras'."""
+    (docs/differences.md) and applied by tf_keras'."""
     pair = [_make(kind, inner, dynamic=False, initial_scale=value)
             for kind in ("ours", "tf")]
     variables = [_model_variables(), _model_variables()]
@@ -376,7 +376,7 @@ def test_fixed_scale_equals_tf_keras_until_a_non_finite_step(
 
 
 def test_gradients_of_a_scaled_loss_alone_are_taken_as_scaled_by_ours():
-    """API.md section 2: `get_scaled_loss` ran and `get_unscaled_gradients`
+    """docs/differences.md: `get_scaled_loss` ran and `get_unscaled_gradients`
     did not, so ours divides the gradients; tf_keras applies them as they
     are (4x too large). Both warn that `get_unscaled_gradients` was not
     called."""

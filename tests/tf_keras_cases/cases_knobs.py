@@ -1,4 +1,4 @@
-"""The scaling-policy knobs on the tf_keras flavour (API.md section 7).
+"""The scaling-policy knobs on the tf_keras flavour (docs/scaling-policy.md).
 
 Runs under TF_USE_LEGACY_KERAS=1 (see tests/_tf_keras_cases.py).
 The flavour-free helpers and tables come from tests/test_knobs.py, which

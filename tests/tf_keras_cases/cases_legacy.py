@@ -2,7 +2,7 @@
 
 `tf_lossscale.LossScaleOptimizer(tf_keras.optimizers.legacy.X(...))` must be
 a drop-in for `tf_keras.mixed_precision.LossScaleOptimizer` wrapping the same
-optimizer (API.md section 0). Most tests here run one scenario on both, each
+optimizer (docs/differences.md). Most tests here run one scenario on both, each
 with its own, equally configured inner optimizer and its own, equal model
 variables, and compare what the user sees: weights, slots, `iterations`, the
 scale and the counter after every step (hypothesis generates the step
@@ -355,7 +355,7 @@ def test_generated_step_sequences_match_tf_keras(scenario):
 
 
 def test_the_scaled_flow_is_unscaled_by_ours_where_tf_keras_applies_it_raw():
-    """get_scaled_loss without get_unscaled_gradients (API.md section 2).
+    """get_scaled_loss without get_unscaled_gradients (docs/differences.md).
 
     Both warn; ours takes those gradients as scaled and divides them, which
     is what the user meant; tf_keras applies them as they are.
@@ -401,7 +401,7 @@ def test_scaling_warnings_are_tf_keras_own(calls, warned):
             assert warned in warn.call_args_list[0][0][0]
         applied.append(float(var.numpy()))
     if calls == ("scale",):
-        # API.md section 2: after get_scaled_loss alone, ours takes the
+        # docs/differences.md: after get_scaled_loss alone, ours takes the
         # gradient as scaled; tf_keras applies it as it is.
         assert applied == [1.0 - 2.0**-15, 0.0]
     else:  # Unmarked or already unscaled: applied as they are, by both.
@@ -409,7 +409,7 @@ def test_scaling_warnings_are_tf_keras_own(calls, warned):
 
 
 def test_fixed_scale_skips_a_nan_step_where_tf_keras_applies_it():
-    """A deliberate difference (API.md section 0).
+    """A deliberate difference (docs/differences.md).
 
     Ours with the steps (1, NaN, 1) ends where tf_keras' wrapper ends with
     (1, 1), iterations apart; tf_keras' with (1, NaN, 1) ends in NaN.

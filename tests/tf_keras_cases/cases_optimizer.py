@@ -148,7 +148,7 @@ def _documented_step(opt, var):
 
 def _scaled_step(opt, var):
     # get_scaled_loss ran and get_unscaled_gradients did not: the
-    # gradients are taken as scaled (API.md section 2).
+    # gradients are taken as scaled (docs/differences.md).
     with tf.GradientTape() as tape:
         loss = opt.get_scaled_loss(tf.reduce_sum(var * var))
     opt.apply_gradients(zip(tape.gradient(loss, [var]), [var]))

@@ -6,7 +6,7 @@ own classes side by side:
 
 - bad input raises the exception type tf_keras raises, and the message holds
   tf_keras' own sentence (code and tests match it) as well as what was passed
-  and what is accepted (API.md section 2);
+  and what is accepted (docs/differences.md);
 - a family's class called directly with the other family's optimizer raises
   `TypeError`, as tf_keras' `LossScaleOptimizer` / `LossScaleOptimizerV3` do,
   naming what was passed and the class to use; the optimizer stays wrappable.
