@@ -1,4 +1,10 @@
-"""The few TensorFlow internals this package relies on, in one place.
+"""The few TensorFlow, Keras 3 and tf_keras internals this package relies
+on, in one place: no other module names a private framework name, except
+the protocol methods a framework calls on our classes (tf_keras'
+`_create_or_restore_slot_variable`, `_aggregate_gradients`, the Trackable
+`_trackable_children`), which must keep the framework's names.
+`tests/test_tf_private.py` checks that each one still exists and names the
+framework version when one is gone.
 
 `tf.train.Checkpoint` names a child by what an object's
 `_trackable_children` returns. To write the same checkpoint keys as
@@ -27,7 +33,11 @@ __all__ = ["DelegatingTrackableMixin", "Trackable", "in_xla_context",
            "keras_gradients_already_summed", "in_xla_context",
            "keras_saveable", "xla_opaque",
            "run_cond_as_one_call", "strategy_supports_no_merge_call",
-           "tf1_control_flow", "track_child", "tf_logging_warning"]
+           "tf1_control_flow", "track_child", "tf_logging_warning",
+           "is_reference_variable", "keras_trainable_variables",
+           "mixed_precision_graph_rewrite_state",
+           "tf_keras_aggregate_gradients",
+           "tf_keras_loss_scale_optimizer_bases"]
 
 # The tf_keras LossScaleOptimizer is, to a checkpoint, its inner optimizer
 # plus a `loss_scale` child: it delegates the whole trackable protocol to the
@@ -242,3 +252,52 @@ def keras_saveable() -> type:
     """
     from keras.src.saving.keras_saveable import KerasSaveable
     return KerasSaveable
+
+
+# --- tf_keras (imported when called: tf_keras is optional) ----------------
+
+def tf_keras_loss_scale_optimizer_bases() -> "tuple[type, type]":
+    """tf_keras' own wrapper classes `(LossScaleOptimizer, LossScaleOptimizerV3)`
+    for its legacy and current optimizer families.
+
+    The tf_keras flavours derive from them so that `isinstance` checks in
+    tf_keras (`model.compile` wraps an optimizer only if it is not one)
+    hold; tf_keras exports only their common base.
+    """
+    from tf_keras.src.mixed_precision import loss_scale_optimizer as module
+    return module.LossScaleOptimizer, module.LossScaleOptimizerV3
+
+
+def tf_keras_aggregate_gradients(optimizer: Any, pairs: Any) -> Any:
+    """What tf_keras' legacy `apply_gradients` does to its pairs before it
+    applies them (clipping of unaggregated gradients, then the sum across
+    replicas); no public spelling."""
+    return optimizer._aggregate_gradients(
+        optimizer._transform_unaggregated_gradients(pairs))
+
+
+# --- Keras 3 ----------------------------------------------------------------
+
+def keras_trainable_variables(optimizer: Any) -> Any:
+    """The variables a built Keras 3 optimizer was built with (what its
+    `apply(grads)` pairs gradients with when given none)."""
+    return optimizer._trainable_variables
+
+
+# --- TensorFlow ---------------------------------------------------------------
+
+def is_reference_variable(variable: Any) -> bool:
+    """Whether `variable` is a TF1 reference variable (dtype float32_ref)."""
+    dtype = getattr(variable, "dtype", None)
+    return bool(getattr(dtype, "_is_ref_dtype", False))
+
+
+def mixed_precision_graph_rewrite_state() -> Any:
+    """TensorFlow's module of the graph rewrite's global flags: a TF1
+    Session given its own ConfigProto turns the rewrite on only when its
+    flag is set, as TensorFlow's `enable_mixed_precision_graph_rewrite` set
+    it."""
+    from tensorflow.python.training.experimental import (
+        mixed_precision_global_state,
+    )
+    return mixed_precision_global_state

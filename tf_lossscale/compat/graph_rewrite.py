@@ -20,14 +20,8 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-# A TF1 Session given its own ConfigProto turns the rewrite on only when
-# this global flag is set, as TensorFlow's function set it; no public
-# spelling.
-from tensorflow.python.training.experimental import (
-    mixed_precision_global_state as _global_state,
-)
-
 import tf_lossscale
+from tf_lossscale import _tf_private
 
 __all__ = ["disable_mixed_precision_graph_rewrite",
            "enable_mixed_precision_graph_rewrite", "wrap_optimizer"]
@@ -113,7 +107,8 @@ def enable_mixed_precision_graph_rewrite(opt: Any,
             "of the two mixed precision APIs, not both.")
     wrapped = wrap_optimizer(opt, loss_scale)
     tf.config.optimizer.set_experimental_options({_OPTION: True})
-    _global_state.set_mixed_precision_graph_rewrite_enabled(True)
+    _tf_private.mixed_precision_graph_rewrite_state(
+    ).set_mixed_precision_graph_rewrite_enabled(True)
     return wrapped
 
 
@@ -122,9 +117,11 @@ def disable_mixed_precision_graph_rewrite() -> None:
 
     Optimizers already wrapped keep scaling the loss, as in TensorFlow.
     """
-    if not _global_state.is_mixed_precision_graph_rewrite_enabled():
+    if not _tf_private.mixed_precision_graph_rewrite_state(
+    ).is_mixed_precision_graph_rewrite_enabled():
         tf.get_logger().warning(
             "disable_mixed_precision_graph_rewrite() called when mixed "
             "precision is already disabled.")
     tf.config.optimizer.set_experimental_options({_OPTION: False})
-    _global_state.set_mixed_precision_graph_rewrite_enabled(False)
+    _tf_private.mixed_precision_graph_rewrite_state(
+    ).set_mixed_precision_graph_rewrite_enabled(False)
