@@ -52,8 +52,9 @@ def _ours_through_the_public_api(keras: Any) -> Callable[[List[Any]], Any]:
 
     def check_and_unscale(grads):
         unscaled = opt.get_unscaled_gradients(grads)
-        already_unscaled, verdict = opt._decide(unscaled)
-        if not already_unscaled or verdict is None:
+        taken = opt._decide(unscaled)
+        verdict = taken.verdict
+        if taken.scaled or verdict is None:
             raise RuntimeError(
                 "apply_gradients would not reuse get_unscaled_gradients' "
                 "verdict here: the (c) row no longer measures the "

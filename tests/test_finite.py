@@ -354,27 +354,56 @@ def test_no_probe_multiplies_by_zero(dtype):
     assert "Mul" not in ops and "IsFinite" in ops
 
 
-def test_what_the_xla_path_remembers_goes_with_its_graph():
-    """The quotients `undivided` finds and the kinds `kinds_of` finds are
-    remembered per graph, weakly: a traced function, once gone, takes its
-    graph with it (a global table of its tensors kept every graph alive)."""
+def test_what_the_xla_path_learns_travels_as_values_and_dies_with_its_graph():
+    """Compiled whole, the documented flow's step finds what was divided
+    through the optimizer's marks (`Taken.undivided`) and the kinds as
+    the check's value: no module keeps a table of tensors, and a traced
+    function, once gone, takes its graph with it."""
+    import keras
+
+    from tf_lossscale import LossScaleOptimizer, finite_xla
+    from tf_lossscale.gradient_marks import GradientMarks
+
+    for module in (finite, finite_xla):
+        tables = [name for name, value in vars(module).items()
+                  if isinstance(value, (dict, weakref.WeakKeyDictionary))
+                  and not name.startswith("__") and name != "_BITS"]
+        assert tables == [], (module.__name__, tables)
+
     graphs = []
+    found = []
 
     @tf.autograph.experimental.do_not_convert
-    def body(a, b):
+    def body(g):
         graphs.append(weakref.ref(tf.compat.v1.get_default_graph()))
-        divided = finite.unscale_all([a, b], 2.0)
-        found = finite.undivided(divided)
-        assert found is not None and found[0] == [a, b]
-        checked = finite.check_unscaled([a, b], 2.0)
-        assert finite.kinds_of([a, b]) is not None
-        return checked
+        marks = GradientMarks()
+        divided = finite.unscale_all([g], 4.0)
+        marks.unscaled([g], divided, None, tf.constant(4.0))
+        origin = marks.take(divided).undivided(divided)
+        found.append(origin is not None and origin[0][0] is g)
+        return finite_xla.verdict([g], None)[1]
 
     step = tf.function(body, jit_compile=True)
-    assert bool(step(tf.ones(3), tf.ones(2)))
-    del step
+    kinds = step(tf.constant([4.0, 8.0]))
+    assert found == [True]
+    assert kinds.numpy().tolist() == [0]
+    del step, body
     gc.collect()
     assert graphs and graphs[0]() is None
+
+    # Through the optimizer: the step divides again where it applies.
+    var = keras.Variable([1.0, 2.0])
+    opt = LossScaleOptimizer(keras.optimizers.SGD(0.5), initial_scale=4.0)
+
+    @tf.function(jit_compile=True)
+    def documented(g):
+        opt.apply_gradients(zip(opt.get_unscaled_gradients([g]), [var]))
+
+    documented(tf.constant([4.0, 8.0]))
+    assert var.numpy().tolist() == [0.5, 1.0]
+    documented(tf.constant([np.inf, 8.0]))
+    assert var.numpy().tolist() == [0.5, 1.0]
+    assert float(opt.loss_scale) == 2.0
 
 
 @pytest.mark.parametrize("name", [

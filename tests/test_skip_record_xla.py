@@ -1,7 +1,7 @@
 """The skip record inside a step compiled whole by XLA (`jit_compile=True`).
 
 There the step's own check finds each gradient's kind in its exact branch
-(`finite_xla.kinds_of`) and the record reads that one small tensor instead
+(`finite.Verdict.kinds`) and the record reads that one small tensor instead
 of reading every gradient again. The record must say what the graph path
 says, value for value (hypothesis draws the gradients of one compiled
 step, compared with a NumPy reference), and add no op per variable
@@ -184,8 +184,7 @@ def test_the_exact_check_finds_each_kind_across_dtypes(values, scale):
 
     @tf.function(jit_compile=True)
     def check(*tensors):
-        finite = finite_xla.verdict(list(tensors), tf.constant(scale))
-        return finite, finite_xla.kinds_of(list(tensors))
+        return finite_xla.verdict(list(tensors), tf.constant(scale))
 
     finite, kinds = check(*[tf.constant(v) for v in values])
     want = [_kind_reference(v, scale) for v in values]
@@ -211,8 +210,7 @@ def test_the_exact_check_tells_nan_from_inf_in_every_dtype(dtype):
 
     @tf.function(jit_compile=True)
     def check(*tensors):
-        finite = finite_xla.verdict(list(tensors), tf.constant(0.75))
-        return finite, finite_xla.kinds_of(list(tensors))
+        return finite_xla.verdict(list(tensors), tf.constant(0.75))
 
     finite, kinds = check(*values)
     assert not bool(finite)
@@ -224,8 +222,7 @@ def _exact_check(values, scale):
 
     @tf.function(jit_compile=True)
     def check(*tensors):
-        finite = finite_xla.verdict(list(tensors), tf.constant(scale))
-        return finite, finite_xla.kinds_of(list(tensors))
+        return finite_xla.verdict(list(tensors), tf.constant(scale))
 
     finite, kinds = check(*[tf.constant(v) for v in values])
     ops = collections.Counter(

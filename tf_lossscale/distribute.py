@@ -30,6 +30,7 @@ __all__ = [
     "apply_or_skip",
     "branch",
     "check_supported_strategy",
+    "num_replicas",
     "cross_replica_all_finite",
     "one_op_for_every_replica",
     "require_cross_replica_context",
@@ -51,6 +52,11 @@ class ReplicaContextError(RuntimeError, ValueError):
     # two bases inherits its first base's, so it is set here). Without it,
     # `tf.function` callers get AutoGraph's StagingError instead.
     __init__ = Exception.__init__
+
+
+def num_replicas() -> int:
+    """How many replicas the current strategy runs in sync (1 without)."""
+    return tf.distribute.get_strategy().num_replicas_in_sync
 
 
 def _strategy_name() -> str:
@@ -175,7 +181,7 @@ def one_op_for_every_replica(op: Any) -> Any:
 
 
 def branch(verdict: Any, apply: Callable[[], Any],
-           skip: Callable[[], Any]) -> Any:
+           skip: Callable[[], Any], compiled_whole: bool = False) -> Any:
     """Runs `apply()` if `verdict`, else `skip()`, for their effects.
 
     A Python bool picks in Python; a tensor through `tf.cond` (eagerly only
@@ -186,8 +192,7 @@ def branch(verdict: Any, apply: Callable[[], Any],
     """
     if isinstance(verdict, bool):
         return apply() if verdict else skip()
-    if _tf_private.in_xla_context() and (
-            tf.distribute.get_strategy().num_replicas_in_sync == 1):
+    if compiled_whole and num_replicas() == 1:
         return _compiled_branch(verdict, apply, skip)
 
     def run(fn: Callable[[], Any]) -> Callable[[], tf.Tensor]:
@@ -204,7 +209,7 @@ def branch(verdict: Any, apply: Callable[[], Any],
     # One call runs on one device: with replicas on several devices, the
     # branch must stay lowered so each replica's part runs on its own.
     if not tf.executing_eagerly() and (
-            tf.distribute.get_strategy().num_replicas_in_sync == 1):
+            num_replicas() == 1):
         _tf_private.run_cond_as_one_call(taken)
     return taken
 
@@ -238,8 +243,8 @@ def _compiled_branch(verdict: tf.Tensor, apply: Callable[[], Any],
 def apply_or_skip(verdict: tf.Tensor, grads: List[Any],
                   apply: Callable[[List[Any]], Any],
                   skip: Callable[[], Any],
-                  record: Optional[Callable[[List[Any]], Any]] = None
-                  ) -> Any:
+                  record: Optional[Callable[[List[Any]], Any]] = None,
+                  compiled_whole: bool = False) -> Any:
     """Runs `apply(grads)` if `verdict`, else `skip()`, from a replica context.
 
     `verdict` must already be the same on every replica (`agree`): each
@@ -256,7 +261,8 @@ def apply_or_skip(verdict: tf.Tensor, grads: List[Any],
     if _tf_private.strategy_supports_no_merge_call():
         def skip_here() -> Any:
             return [record(grads), skip()] if record else skip()
-        return branch(verdict, lambda: apply(grads), skip_here)
+        return branch(verdict, lambda: apply(grads), skip_here,
+                      compiled_whole)
 
     # `grads` pass through merge_call's args: there they are each replica's
     # own (a closure would hold only the first replica's).
@@ -273,7 +279,7 @@ def apply_or_skip(verdict: tf.Tensor, grads: List[Any],
         return branch(first,
                       lambda: strategy.extended.call_for_each_replica(
                           apply, args=(grads,)),
-                      skip_here)
+                      skip_here, compiled_whole)
 
     return tf.distribute.get_replica_context().merge_call(
         cross_replica, args=(verdict, grads))

@@ -53,6 +53,7 @@ Neither reads a value back to the host, and the check never retraces.
 
 from __future__ import annotations
 
+import enum
 from typing import (
     Any,
     Callable,
@@ -71,14 +72,16 @@ from tf_lossscale import _numerics, finite_xla
 __all__ = [
     "KIND_INF",
     "KIND_NAN",
+    "Mode",
+    "Verdict",
     "all_finite",
     "apply_unscaled",
+    "check",
     "check_unscaled",
-    "divides_where_used",
-    "kinds_of",
-    "undivided",
+    "compile_mode",
     "unscale_all",
     "unscale_and_check",
+    "unscale_checked",
     "unscale_for_step",
 ]
 
@@ -102,6 +105,38 @@ _not_converted = tf.autograph.experimental.do_not_convert
 # joined along axis 0 as they are; the rest are flattened into one 1-D
 # bucket per dtype (a reshape each way costs less than a bucket of its own).
 MIN_SHAPE_GROUP = 4
+
+
+class Mode(enum.Enum):
+    """How the code being traced runs: which back end checks and unscales.
+
+    `compile_mode` decides it once; a step hands it down to whoever needs
+    it (the check, `distribute.apply_or_skip`, the skip record).
+    """
+
+    GRAPH = "graph"    # graph ops (eagerly too)
+    KERNEL = "kernel"  # one XLA kernel for the check (GPU/TPU, or asked)
+    WHOLE = "whole"    # inside a caller XLA compiles whole (`finite_xla`)
+
+
+class Verdict(NamedTuple):
+    """What a check found: whether all is finite, and (compiled whole) each
+    value's kind (`KIND_NAN`, `KIND_INF` or 0), else None."""
+
+    finite: tf.Tensor
+    kinds: Optional[tf.Tensor] = None
+
+
+def compile_mode(values: Sequence[tf.Tensor] = (),
+                 jit_compile: Optional[bool] = None) -> Mode:
+    """The back end for `values`: the one place that decides it.
+
+    `jit_compile=None` follows the caller (compiled whole by XLA, or not)
+    and the device the values live on; True or False forces a kernel.
+    """
+    if jit_compile is None and finite_xla.compiled_whole():
+        return Mode.WHOLE
+    return Mode.KERNEL if _use_xla(list(values), jit_compile) else Mode.GRAPH
 
 
 class _Bucket(NamedTuple):
@@ -128,11 +163,23 @@ def all_finite(grads: Any, *, jit_compile: Optional[bool] = None
     """
     values = [v for v in map(_dense_values, tf.nest.flatten(grads))
               if v is not None]
+    return _check(values, compile_mode(values, jit_compile)).finite
+
+
+@_not_converted
+def check(grads: Sequence[Any], mode: Mode) -> Verdict:
+    """`all_finite` with the back end `mode` (the kinds come compiled whole)."""
+    return _check([v for v in map(_dense_values, grads) if v is not None],
+                  mode)
+
+
+def _check(values: List[tf.Tensor], mode: Mode) -> Verdict:
+    """The one finiteness check, on dense values, by `mode`'s back end."""
     if not values:
-        return tf.constant(True)
-    if finite_xla.compiled_whole(jit_compile):
-        return finite_xla.verdict(values, None)
-    xla_plan, graph_plan = _plans(values, jit_compile)
+        return Verdict(tf.constant(True))
+    if mode is Mode.WHOLE:
+        return Verdict(*finite_xla.verdict(values, None))
+    xla_plan, graph_plan = _plans(values, mode)
     checks = []
     if xla_plan:
         checks.append(_xla_check([b.parts for b in xla_plan.buckets],
@@ -140,13 +187,10 @@ def all_finite(grads: Any, *, jit_compile: Optional[bool] = None
     if graph_plan:
         checks.append(_graph_verdict(
             [_join(b) for b in graph_plan.buckets] + graph_plan.large))
-    return _all(checks)
+    return Verdict(_all(checks))
 
 
-divides_where_used = finite_xla.divides_where_used
-kinds_of = finite_xla.kinds_of
 KIND_NAN, KIND_INF = finite_xla.KIND_NAN, finite_xla.KIND_INF
-undivided = finite_xla.undivided
 
 
 @_not_converted
@@ -162,19 +206,20 @@ def apply_unscaled(apply: Callable[[List[Any]], Any], grads: Sequence[Any],
 
 
 @_not_converted
-def check_unscaled(grads: Sequence[Any], scale: Any) -> tf.Tensor:
-    """True iff all of `unscale_all(grads, scale)` is finite, not dividing.
+def check_unscaled(grads: Sequence[Any], scale: Any, mode: Mode) -> Verdict:
+    """Whether all of `unscale_all(grads, scale)` is finite.
 
-    Inside a caller compiled whole by XLA this is one reduction per
-    gradient (the largest magnitude's bits) and one division of the largest;
-    elsewhere it is `unscale_and_check`'s verdict.
+    Compiled whole by XLA this divides nothing: one reduction per gradient
+    (the largest magnitude's bits) and one division of the largest, and the
+    kinds come with it; elsewhere it is `unscale_and_check`'s verdict.
     """
     values = [v for v in map(_dense_values, grads) if v is not None]
     if not values:
-        return tf.constant(True)
-    if finite_xla.compiled_whole(None):
-        return finite_xla.verdict(values, finite_xla.runtime_scale(scale))
-    return unscale_and_check(list(grads), scale)[1]
+        return Verdict(tf.constant(True))
+    if mode is Mode.WHOLE:
+        return Verdict(*finite_xla.verdict(
+            values, finite_xla.runtime_scale(scale)))
+    return unscale_checked(grads, scale, mode)[1]
 
 
 @_not_converted
@@ -193,7 +238,18 @@ def unscale_and_check(
       `(unscaled, finite)`: `unscale_all(grads, scale)` and a scalar bool
       tensor, True iff all of it is finite.
     """
-    return _unscale(grads, scale, jit_compile, check=True)
+    unscaled, verdict = unscale_checked(grads, scale,
+                                        _mode_of(grads, jit_compile))
+    return unscaled, verdict.finite
+
+
+@_not_converted
+def unscale_checked(grads: Sequence[Any], scale: Any, mode: Mode
+                    ) -> Tuple[List[Any], Verdict]:
+    """`unscale_and_check` with the back end `mode`."""
+    unscaled, verdict = _unscale(grads, scale, mode, check=True)
+    assert verdict is not None
+    return unscaled, verdict
 
 
 @_not_converted
@@ -205,12 +261,15 @@ def unscale_for_step(grads: Sequence[Any], scale: Any
     `apply_gradients` handed exactly these quotients reuses it (a traced
     graph drops it when nothing reads it). Inside a caller compiled whole
     by XLA the verdict is None: there the step checks the scaled
-    gradients again where it divides them (`undivided`), and a verdict
-    made here would only be traced and compiled for nothing.
+    gradients again where it divides them (`GradientMarks` tells it what
+    was divided), and a verdict made here would only be traced and
+    compiled for nothing.
     """
-    if finite_xla.divides_where_used():
-        return unscale_all(grads, scale), None
-    return unscale_and_check(grads, scale)
+    mode = _mode_of(grads, None)
+    if mode is Mode.WHOLE:
+        return _unscale(grads, scale, mode, check=False)[0], None
+    unscaled, verdict = unscale_checked(grads, scale, mode)
+    return unscaled, verdict.finite
 
 
 @_not_converted
@@ -227,20 +286,28 @@ def unscale_all(grads: Sequence[Any], scale: Any, *,
       scale: the loss scale, a float32 scalar.
       jit_compile: as for `unscale_and_check`.
     """
-    return _unscale(grads, scale, jit_compile, check=False)[0]
+    return _unscale(grads, scale, _mode_of(grads, jit_compile),
+                    check=False)[0]
 
 
-def _unscale(grads: Sequence[Any], scale: Any, jit_compile: Optional[bool],
-             check: bool) -> Tuple[List[Any], Optional[tf.Tensor]]:
+def _mode_of(grads: Sequence[Any], jit_compile: Optional[bool]) -> Mode:
+    """`compile_mode` of the gradients' dense values."""
+    return compile_mode([v for v in map(_dense_values, grads)
+                         if v is not None], jit_compile)
+
+
+def _unscale(grads: Sequence[Any], scale: Any, mode: Mode,
+             check: bool) -> Tuple[List[Any], Optional[Verdict]]:
     grads = list(grads)
     scale = tf.cast(scale, tf.float32)
     values = [_dense_values(g) for g in grads]
     present = [v for v in values if v is not None]
     if not present:
-        return grads, tf.constant(True)
-    if finite_xla.compiled_whole(jit_compile):
-        return finite_xla.unscale(grads, values, scale, check)
-    xla_plan, graph_plan = _plans(present, jit_compile)
+        return grads, Verdict(tf.constant(True))
+    if mode is Mode.WHOLE:
+        unscaled, found = finite_xla.unscale(grads, values, scale, check)
+        return unscaled, (None if found is None else Verdict(*found))
+    xla_plan, graph_plan = _plans(present, mode)
     done: Dict[int, tf.Tensor] = {}  # id(dense value) -> unscaled value
     checks = []
     if xla_plan:
@@ -249,7 +316,7 @@ def _unscale(grads: Sequence[Any], scale: Any, jit_compile: Optional[bool],
         checks.append(_graph_unscale(graph_plan, scale, done, check))
     unscaled = [g if v is None else _rebuild(g, done[id(v)])
                 for g, v in zip(grads, values)]
-    return unscaled, (_all(checks) if check else None)
+    return unscaled, (Verdict(_all(checks)) if check else None)
 
 
 # --- planning: which tensors are bucketed, which back end runs them ---------
@@ -294,7 +361,7 @@ def _use_xla(values: List[tf.Tensor], jit_compile: Optional[bool]) -> bool:
                for kind in _XLA_DEVICE_TYPES)
 
 
-def _plans(values: List[tf.Tensor], jit_compile: Optional[bool]
+def _plans(values: List[tf.Tensor], mode: Mode
            ) -> Tuple[Optional[_Plan], Optional[_Plan]]:
     """`(xla_plan, graph_plan)`, either None when it has nothing to do.
 
@@ -302,7 +369,7 @@ def _plans(values: List[tf.Tensor], jit_compile: Optional[bool]
     from step to step, and each new shape would compile again); the rest
     runs as graph ops. XLA flattens everything (a reshape is free there).
     """
-    if not _use_xla(values, jit_compile):
+    if mode is not Mode.KERNEL:
         return None, _plan(values, by_shape=True)
     static = [v for v in values if v.shape.is_fully_defined()]
     dynamic = [v for v in values if not v.shape.is_fully_defined()]

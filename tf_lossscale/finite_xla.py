@@ -41,14 +41,12 @@ costs more to trace than the op itself.
 
 from __future__ import annotations
 
-import weakref
 from typing import (
     Any,
     Callable,
     Dict,
     List,
     Optional,
-    Sequence,
     Tuple,
 )
 
@@ -68,22 +66,16 @@ from tf_lossscale._numerics import (
 )
 
 __all__ = ["KIND_INF", "KIND_NAN", "apply_unscaled", "compiled_whole",
-           "divides_where_used", "kinds_of",
-           "runtime_scale", "undivided", "unscale", "verdict"]
+           "runtime_scale", "unscale", "verdict"]
 
 
-def compiled_whole(jit_compile: Optional[bool]) -> bool:
-    """Whether the caller is compiled whole by XLA (and no back end forced)."""
-    return jit_compile is None and _tf_private.in_xla_context()
+def compiled_whole() -> bool:
+    """Whether the code being traced is compiled whole by XLA.
 
-
-def divides_where_used() -> bool:
-    """Whether a step should divide inside its apply branch (see above).
-
-    There a step checks the scaled gradients with `finite.check_unscaled`
-    and divides them where the update uses them.
+    The one place that asks; `finite.compile_mode` turns the answer into
+    the `Mode` a step hands to whoever needs it.
     """
-    return compiled_whole(None)
+    return _tf_private.in_xla_context()
 
 
 def runtime_scale(scale: Any) -> tf.Tensor:
@@ -93,17 +85,12 @@ def runtime_scale(scale: Any) -> tf.Tensor:
 
 def unscale(grads: List[Any], values: List[Optional[tf.Tensor]],
             scale: tf.Tensor, check: bool
-            ) -> Tuple[List[Any], Optional[tf.Tensor]]:
-    """`finite.unscale_and_check` (verdict only if `check`) under XLA.
-
-    Each quotient is remembered (see `undivided`).
-    """
+            ) -> Tuple[List[Any], Optional[Tuple[tf.Tensor, tf.Tensor]]]:
+    """`finite.unscale_and_check` under XLA: the quotients, and with
+    `check` the verdict and kinds of the present values (`verdict`)."""
     scale = runtime_scale(scale)
     unscaled = [g if v is None else rebuild(g, divide(v, scale, tf.math.divide))
                 for g, v in zip(grads, values)]
-    for g, u in zip(grads, unscaled):
-        if isinstance(u, tf.Tensor):
-            _remember_division(u, g, scale)
     present = [v for v in values if v is not None]
     return unscaled, (verdict(present, scale) if check else None)
 
@@ -161,15 +148,17 @@ def _reciprocal_factors(scale: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
 
 
 def verdict(values: List[tf.Tensor], scale: Optional[tf.Tensor]
-            ) -> tf.Tensor:
-    """True iff every `divide(v, scale)` (every `v` if no scale) is finite.
+            ) -> Tuple[tf.Tensor, tf.Tensor]:
+    """Whether every `divide(v, scale)` (every `v` if no scale) is finite,
+    and each value's kind.
 
-    The exact branch also finds each value's kind (`kinds_of`), which a
-    skipped step's record reads instead of reading every gradient again.
+    The kinds (int32, one per value) are 0 where `v / scale` is all
+    finite, `KIND_NAN` where `v` holds a NaN, `KIND_INF` where it holds an
+    Inf or its quotient overflows; all zeros when the check passed without
+    its exact branch. A skipped step's record reads them instead of reading
+    every gradient again.
     """
-    finite, kinds = _checked(list(values), scale)
-    _remember_kinds(values, kinds)
-    return finite
+    return _checked(list(values), scale)
 
 
 @_traced_once
@@ -190,14 +179,6 @@ def _checked(values: List[tf.Tensor], scale: Optional[tf.Tensor]
     return tf.cond(
         fast, lambda: (fast, tf.zeros([len(values)], tf.int32)),
         lambda: _exact(values, scale))
-
-
-def _forget_traces() -> None:
-    """Drops `_checked`'s traces, as a new process has none: the benchmark
-    times each first call as a process's first (steps already traced keep
-    what they use)."""
-    global _checked
-    _checked = _traced_once(_checked.python_function)
 
 
 def _exact(values: List[tf.Tensor], scale: Optional[tf.Tensor]
@@ -259,109 +240,3 @@ def _kinds_by_bits(values: List[tf.Tensor], dtype: tf.DType,
 # overflows) and no NaN.
 KIND_NAN, KIND_INF = 1, 2
 _NAN, _INF = KIND_NAN, KIND_INF
-
-
-# Graph -> memo name -> id of a tensor -> weak references (and numbers).
-# Weak both ways: a strong reference to a graph's tensor would keep the
-# graph, and so every traced step function, alive forever.
-_MEMOS: "weakref.WeakKeyDictionary[Any, Dict[str, Dict[int, Tuple[Any, ...]]]]" = (
-    weakref.WeakKeyDictionary())
-
-
-def _memo(tensor: Any, name: str) -> Optional[Dict[int, Tuple[Any, ...]]]:
-    """The memo `name` of the graph `tensor` belongs to (None if eager)."""
-    graph = getattr(tensor, "graph", None)
-    if graph is None:
-        return None
-    return _MEMOS.setdefault(graph, {}).setdefault(name, {})
-
-
-def _entry(tensor: Any, name: str) -> Optional[Tuple[Any, ...]]:
-    """What `tensor`'s memo holds for it, the references resolved, or None."""
-    entry = (_memo(tensor, name) or {}).get(id(tensor))
-    if entry is None or entry[0]() is not tensor:
-        return None
-    resolved = tuple(x() if isinstance(x, weakref.ref) else x
-                     for x in entry[1:])
-    return None if any(x is None for x in resolved) else resolved
-
-
-def _remember_kinds(values: List[tf.Tensor], kinds: tf.Tensor) -> None:
-    for position, value in enumerate(values):
-        memo = _memo(value, "kinds")
-        if memo is not None:
-            memo[id(value)] = (weakref.ref(value), weakref.ref(kinds),
-                               position)
-
-
-def kinds_of(values: Sequence[tf.Tensor]) -> Optional[tf.Tensor]:
-    """The kinds `verdict` found for `values` (int32, one per value), or None.
-
-    Per value: 0 if `v / scale` is all finite, 1 (`KIND_NAN`) if `v` holds
-    a NaN, 2 (`KIND_INF`) if it holds an Inf or its quotient overflows.
-    They are zeros wherever the check passed without its exact branch (all
-    finite); None when any of `values` was not checked by `verdict`.
-    """
-    found = []
-    for value in values:
-        entry = _entry(value, "kinds")
-        if entry is None:
-            return None
-        found.append(entry)
-    if not found:
-        return None
-    sources = list({id(k): k for k, _ in found}.values())
-    if len(sources) == 1 and [p for _, p in found] == list(
-            range(int(sources[0].shape[0]))):
-        return sources[0]
-    return tf.stack([kinds[position] for kinds, position in found])
-
-
-def _remember_division(quotient: tf.Tensor, grad: Any,
-                       scale: tf.Tensor) -> None:
-    """Notes that `quotient` is `grad / scale` (see `undivided`)."""
-    memo = _memo(quotient, "divided")
-    if memo is not None and isinstance(grad, tf.Tensor):
-        memo[id(quotient)] = (weakref.ref(quotient), weakref.ref(grad),
-                              weakref.ref(scale))
-
-
-_IDENTITIES = ("Identity", "IdentityN")
-
-
-def _division_of(grad: Any) -> Optional[Tuple[Any, tf.Tensor]]:
-    # Through identities: tf_keras sums gradients over one replica with an
-    # IdentityN, which changes no value.
-    while isinstance(grad, tf.Tensor) and grad.op.type in _IDENTITIES:
-        grad = grad.op.inputs[grad.value_index if grad.op.type ==
-                              "IdentityN" else 0]
-    entry = _entry(grad, "divided")
-    if entry is None:
-        return None
-    return entry[0], entry[1]
-
-
-def undivided(grads: Sequence[Any]
-              ) -> Optional[Tuple[List[Any], tf.Tensor]]:
-    """`(scaled, scale)` if `grads` are quotients `unscale` made.
-
-    When every gradient (None aside) is a dense quotient made by `unscale`
-    with one scale (or an identity of one), in a caller compiled whole,
-    returns what was divided
-    and that scale: a step can then divide again inside its apply branch
-    (the same operation, so the same values), where XLA fuses the division
-    into the update, and the quotient made outside, unused, is never
-    written (the documented flow, `get_unscaled_gradients` and then
-    `apply_gradients`, costs what the Keras 3 flow does). Otherwise None.
-    """
-    if not compiled_whole(None):
-        return None
-    present = [g for g in grads if g is not None]
-    known = [o for o in map(_division_of, present) if o is not None]
-    if not present or len(known) != len(present):
-        return None
-    if len({id(scale) for _, scale in known}) != 1:
-        return None
-    divided = iter(scaled for scaled, _ in known)
-    return ([None if g is None else next(divided) for g in grads],
-            known[0][1])

@@ -1,16 +1,20 @@
-"""`GradientMarks`: whether the gradients `apply_gradients` gets are scaled.
+"""`GradientMarks`: what `apply_gradients` must know about its gradients.
 
 The two ways to use a LossScaleOptimizer (TensorFlow's documented
 `get_scaled_loss` / `get_unscaled_gradients` flow, and Keras 3's
 `scale_loss` flow) meet in `apply_gradients`; the marks left by the
-scaling methods since the last apply tell them apart (API.md section 2).
+scaling methods since the last apply tell them apart (the rule is in
+docs/differences.md). This is the one place that carries facts from a
+scaling method to the apply that follows: whether the gradients are scaled,
+the verdict `get_unscaled_gradients` computed, and which scaled gradient
+and scale each of its quotients came from (`Taken.undivided`).
 """
 
 from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -25,21 +29,66 @@ class _Place:
         self.unscaled_inputs: Optional[List[Any]] = None
         self.unscaled_outputs: List[Any] = []
         self.verdict: Optional[tf.Tensor] = None
+        # id(quotient) -> (quotient, the scaled gradient, the scale).
+        self.quotients: Dict[int, Tuple[Any, Any, Any]] = {}
+
+
+# An identity changes no value: tf_keras sums the gradients of one replica
+# with an IdentityN before the step sees them.
+_IDENTITIES = ("Identity", "IdentityN")
 
 
 class Taken(NamedTuple):
     """What `GradientMarks.take` found: whether the gradients are scaled
-    (None: no mark, the flavour decides), and the verdict that
-    `get_unscaled_gradients` computed if the gradients are its outputs."""
+    (None: no mark, the flavour decides), the verdict that
+    `get_unscaled_gradients` computed if the gradients are its outputs, and
+    what it divided (see `undivided`)."""
 
     scaled: Optional[bool]
     verdict: Optional[tf.Tensor] = None
+    quotients: Optional[Dict[int, Tuple[Any, Any, Any]]] = None
+
+    def undivided(self, grads: Sequence[Any]
+                  ) -> Optional[Tuple[List[Any], Any]]:
+        """`(scaled, scale)` if every present gradient is a quotient that
+        `get_unscaled_gradients` made here with one scale (or an identity of
+        one), else None.
+
+        A step compiled whole by XLA then divides the scaled gradients
+        again inside its apply branch (the same operation, so the same
+        values), where the division fuses into the update, and the
+        quotients made before, unused, are never written out.
+        """
+        if not self.quotients:
+            return None
+        present = [g for g in grads if g is not None]
+        found = [self.quotients.get(id(_through_identities(g)))
+                 for g in present]
+        if not present or any(f is None or f[0] is not _through_identities(g)
+                              for f, g in zip(found, present)):
+            return None
+        scales = {id(f[2]) for f in found if f is not None}
+        if len(scales) != 1:
+            return None
+        divided = iter(f[1] for f in found if f is not None)
+        return ([None if g is None else next(divided) for g in grads],
+                found[0][2] if found[0] is not None else None)
+
+
+def _through_identities(grad: Any) -> Any:
+    """`grad`, or the tensor that the identities it comes out of pass on."""
+    while isinstance(grad, tf.Tensor) and not tf.executing_eagerly() and (
+            grad.op.type in _IDENTITIES):
+        grad = grad.op.inputs[grad.value_index if grad.op.type ==
+                              "IdentityN" else 0]
+    return grad
 
 
 class GradientMarks:
     """Tells `apply_gradients` whether its gradients still carry the scale.
 
-    The rule (API.md section 2), per place since the last apply:
+    The rule (docs/custom-loops.md, "Scaled or unscaled gradients?"), per
+    place since the last apply:
 
     - `get_unscaled_gradients` ran: the gradients are unscaled, unless they
       are the very tensors that were passed to it (then they are scaled:
@@ -79,12 +128,17 @@ class GradientMarks:
             self._here().scaled_loss = True
 
     def unscaled(self, inputs: Sequence[Any], outputs: Sequence[Any],
-                 verdict: Optional[tf.Tensor]) -> None:
+                 verdict: Optional[tf.Tensor], scale: Any = None) -> None:
         """Records that `inputs` were unscaled here into `outputs`, which
-        are all finite iff `verdict` (None: not computed)."""
+        are all finite iff `verdict` (None: not computed); with `scale`,
+        which one each output is the quotient of (see `Taken.undivided`)."""
         with self._lock:
             self.ever_unscaled = True
             place = self._here()
+            if scale is not None:
+                place.quotients.update(
+                    (id(o), (o, i, scale)) for i, o in zip(inputs, outputs)
+                    if isinstance(o, tf.Tensor) and isinstance(i, tf.Tensor))
             first = place.unscaled_inputs is None
             place.unscaled_inputs = (place.unscaled_inputs or []) + [
                 g for g in inputs if g is not None]
@@ -106,7 +160,8 @@ class GradientMarks:
         reused = place.verdict is not None and len(present) == len(
             place.unscaled_outputs) and all(
             g is x for g, x in zip(present, place.unscaled_outputs))
-        return Taken(False, place.verdict if reused else None)
+        return Taken(False, place.verdict if reused else None,
+                     place.quotients)
 
 
 def _among(tensor: Any, tensors: List[Any]) -> bool:

@@ -4,7 +4,7 @@
 so `model.compile` under the `mixed_float16` policy keeps it as it is, and it
 uses Keras' own variable names (`dynamic_scale`, `step_counter`, under the
 attribute `inner_optimizer`), so a `tf.train.Checkpoint` written with Keras'
-optimizer restores into it. What it does differently from Keras' (API.md
+optimizer restores into it. What it does differently from Keras' (docs/differences.md
 section 0): replicas agree on the verdict before any variable changes, a
 non-finite step is skipped with a fixed scale too, `iterations` advances on
 skipped steps, the scale has a floor and never grows to inf, `dynamic=False`
@@ -243,10 +243,10 @@ class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
         if not self.built:
             self.build(variables)
         _tf_private.keras_check_variables_are_known(self, variables)
-        already_unscaled, verdict = self._decide(grads)
+        taken = self._decide(grads)
         keep = [bool(getattr(v, "overwrite_with_gradient", False))
                 for v in variables]
-        self._step(grads, variables, already_unscaled, keep, verdict)
+        self._step(grads, variables, taken, keep)
 
     def _variables_for(self, grads: List[Any],
                        trainable_variables: Optional[Iterable[Any]]
@@ -259,7 +259,7 @@ class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
                     "apply() got gradients without variables, but the "
                     "optimizer is not built: pass trainable_variables or "
                     "call optimizer.build(variables) first.")
-            variables = list(self._trainable_variables)
+            variables = list(_tf_private.keras_trainable_variables(self))
         else:
             variables = list(trainable_variables)
         if len(grads) != len(variables):

@@ -37,7 +37,6 @@ from typing import (
     List,
     Optional,
     Sequence,
-    Tuple,
     Type,
     Union,
 )
@@ -359,24 +358,19 @@ class LossScaleOptimizer(SkipReporting, OptimizerConfig):
         unscaled, unless they are these very `grads` (see `GradientMarks`).
         """
         grads = list(grads)
-        unscaled, finite = finite_lib.unscale_for_step(
-            grads, self._current_scale())
-        self._marks.unscaled(grads, unscaled, finite)
+        scale = self._current_scale()
+        unscaled, finite = finite_lib.unscale_for_step(grads, scale)
+        self._marks.unscaled(grads, unscaled, finite, scale)
         return unscaled
 
-    def _decide(self, grads: Sequence[Any]
-                ) -> Tuple[bool, Optional[tf.Tensor]]:
-        """Whether `apply_gradients` gets unscaled `grads`, and their verdict
-        if `get_unscaled_gradients` computed it (forgets the marks)."""
+    def _decide(self, grads: Sequence[Any]) -> Taken:
+        """What the marks say of the gradients `apply_gradients` got, with
+        `scaled` decided by the flavour where no mark says (forgets them)."""
         taken = self._marks.take(grads)
-        scaled = taken.scaled
-        if scaled is None:
-            scaled = self._unmarked_gradients_are_scaled()
-        return not scaled, taken.verdict
-
-    def _already_unscaled(self, grads: Sequence[Any]) -> bool:
-        """Whether `apply_gradients` gets unscaled `grads` (forgets marks)."""
-        return self._decide(grads)[0]
+        if taken.scaled is None:
+            taken = taken._replace(
+                scaled=self._unmarked_gradients_are_scaled())
+        return taken
 
     def _unmarked_gradients_are_scaled(self) -> bool:
         """The flavour's default when neither scaling method ran here.
@@ -388,10 +382,8 @@ class LossScaleOptimizer(SkipReporting, OptimizerConfig):
         return (self._UNMARKED_GRADIENTS_ARE_SCALED
                 and not self._marks.ever_unscaled)
 
-    def _step(self, grads: List[Any], variables: List[Any],
-              already_unscaled: bool,
-              keep: Optional[Sequence[bool]] = None,
-              verdict: Optional[tf.Tensor] = None) -> tf.Tensor:
+    def _step(self, grads: List[Any], variables: List[Any], taken: Taken,
+              keep: Optional[Sequence[bool]] = None) -> tf.Tensor:
         """`step.loss_scaled_step` with this optimizer's parts.
 
         Sparse gradients' rows are checked first, so that a step that
@@ -399,14 +391,15 @@ class LossScaleOptimizer(SkipReporting, OptimizerConfig):
         with `max_consecutive_skips`, it raises `SkipStreakError` once a
         step completes a run of that many skipped steps.
         """
-        grads, verdict = checked_sparse_rows(grads, variables, verdict)
+        grads, verdict = checked_sparse_rows(grads, variables, taken.verdict)
         rule = self._settings.rule() if self.dynamic else None
         finite = step_lib.loss_scaled_step(
             grads, scale=self._current_scale(),
-            already_unscaled=already_unscaled,
+            already_unscaled=not taken.scaled,
             apply=lambda g: self._apply_inner(g, variables),
             skip=self._skip_inner, variables=self._scale_variables,
             rule=rule, keep=keep, verdict=verdict,
+            undivided=taken.undivided,
             record=self._skip_recorder(grads, variables),
             powers_of_two=state_machine.powers_of_two_only(
                 rule, self._settings.initial_scale))

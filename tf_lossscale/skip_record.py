@@ -47,7 +47,7 @@ __all__ = [
 
 # How many non-finite gradients a record names.
 MAX_NAMED = 8
-# The kinds of the step's own check (`finite.kinds_of`), which it uses too.
+# The kinds of the step's own check (`finite.Verdict.kinds`), which it uses too.
 _NAN, _INF = finite.KIND_NAN, finite.KIND_INF
 
 
@@ -175,13 +175,13 @@ def make_variables() -> RecordVariables:
             first_step=_variable(-1, tf.int64, "skip_streak_first_step"))
 
 
-def _kinds(grads: Sequence[Any]) -> tf.Tensor:
+def _kinds(grads: Sequence[Any], known: Optional[tf.Tensor]) -> tf.Tensor:
     """Per present gradient: 0 finite, 1 has a NaN, 2 has an Inf (no NaN).
 
-    Under XLA the step's check found them already (`finite.kinds_of`): one
-    small tensor, instead of reading every gradient again here.
+    Compiled whole by XLA the step's check found them already (`known`,
+    `finite.Verdict.kinds`): one small tensor, instead of reading every
+    gradient again here.
     """
-    known = finite.kinds_of([dense_values(g) for g in grads])
     if known is not None:
         return known
     if not grads:
@@ -199,13 +199,15 @@ def _kinds(grads: Sequence[Any]) -> tf.Tensor:
                     tf.where(tf.stack(finite_ones), 0, _INF))
 
 
-def _local_summary(grads: Sequence[Any]) -> tf.Tensor:
+def _local_summary(grads: Sequence[Any],
+                   known: Optional[tf.Tensor] = None) -> tf.Tensor:
     """[count, first indices..., their kinds...] of this replica, as float32.
 
     Static shapes only (XLA compiles it too): the first indices are the
     top `MAX_NAMED` of a score that is higher the earlier a bad gradient.
+    `known`: the present gradients' kinds, if the step's check found them.
     """
-    kinds = _kinds([g for g in grads if g is not None])
+    kinds = _kinds([g for g in grads if g is not None], known)
     n = int(kinds.shape[0])
     bad = kinds > 0
     score = tf.where(bad, n - tf.range(n), 0)
@@ -273,16 +275,24 @@ def _writes(variables: RecordVariables, agreed: Tuple[tf.Tensor, tf.Tensor,
 def recorder(variables: RecordVariables,
              iterations: Callable[[], tf.Tensor],
              check: Optional[Callable[[RecordVariables], Any]] = None,
-             ) -> Callable[[List[Any], tf.Tensor], Any]:
+             ) -> Callable[[List[Any], tf.Tensor, Optional[tf.Tensor], bool],
+                           Any]:
     """The function the skip branch runs: records `grads` (in a replica
-    context) and, with `check`, runs it on the written record."""
+    context) and, with `check`, runs it on the written record.
 
-    def record(grads: List[Any], scale: tf.Tensor) -> Any:
-        agreed = _agreed_summary(_local_summary(grads))
+    It is handed the step's scale, the kinds the step's check found (or
+    None) and whether the step is compiled whole by XLA, where `check` is
+    left out (XLA has no string op and drops assertions).
+    """
+
+    def record(grads: List[Any], scale: tf.Tensor,
+               kinds: Optional[tf.Tensor] = None,
+               compiled_whole: bool = False) -> Any:
+        agreed = _agreed_summary(_local_summary(grads, kinds))
         writes = _writes(variables, agreed,
                          len([g for g in grads if g is not None]),
                          tf.convert_to_tensor(iterations()), scale)
-        if check is None:
+        if check is None or compiled_whole:
             return tf.group(*writes)
         with tf.control_dependencies(writes):
             return tf.group(check(variables))

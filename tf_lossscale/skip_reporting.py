@@ -103,7 +103,7 @@ class SkipReporting:
         return replica // local
 
     def _skip_recorder(self, grads: List[Any], variables: List[Any]
-                       ) -> Optional[Callable[[List[Any], tf.Tensor], Any]]:
+                       ) -> Optional[Callable[..., Any]]:
         """The recorder of this step's skip branch; notes the names.
 
         None in a TF1 graph (tf_keras' `training_v1` after
@@ -118,8 +118,7 @@ class SkipReporting:
                                  if g is not None]
         check = None
         if self.max_consecutive_skips is not None and (
-                not tf.executing_eagerly()) and (
-                not _tf_private.in_xla_context()):
+                not tf.executing_eagerly()):
             names = list(self._reporting.names)
             check = lambda record: self._graph_check(record, names)  # noqa: E731
         return skip_record.recorder(

@@ -99,32 +99,56 @@ def _read(variable: Any) -> tf.Tensor:
     return tf.convert_to_tensor(variable)
 
 
+Checked = Tuple[List[Any], finite_lib.Verdict]
+
+
 def _unscale_and_check(grads: List[Any], scale: tf.Tensor,
                        already_unscaled: bool,
-                       keep: Optional[Sequence[bool]]
-                       ) -> Tuple[List[Any], tf.Tensor]:
+                       keep: Optional[Sequence[bool]],
+                       mode: finite_lib.Mode) -> Checked:
     """The gradients to apply, and whether all of them are finite."""
     if already_unscaled:
-        return grads, finite_lib.all_finite(grads)
+        return grads, finite_lib.check(grads, mode)
     if keep is None or not any(keep):
-        return finite_lib.unscale_and_check(grads, scale)
-    divided, finite = finite_lib.unscale_and_check(
-        [None if k else g for g, k in zip(grads, keep)], scale)
-    kept_finite = finite_lib.all_finite([g for g, k in zip(grads, keep) if k])
+        return finite_lib.unscale_checked(grads, scale, mode)
+    divided, finite = finite_lib.unscale_checked(
+        [None if k else g for g, k in zip(grads, keep)], scale, mode)
+    kept = finite_lib.check([g for g, k in zip(grads, keep) if k], mode)
     merged = [g if k else d for g, d, k in zip(grads, divided, keep)]
-    return merged, tf.logical_and(finite, kept_finite)
+    return merged, finite_lib.Verdict(
+        tf.logical_and(finite.finite, kept.finite))
 
 
 def _check_scaled(grads: List[Any], scale: tf.Tensor,
-                  keep: Optional[Sequence[bool]]) -> tf.Tensor:
-    """Whether the gradients to apply (divided, or kept) are all finite."""
-    keep = keep or [False] * len(grads)
+                  keep: Optional[Sequence[bool]]) -> finite_lib.Verdict:
+    """Whether the gradients to apply (divided, or kept) are all finite,
+    compiled whole: with each present gradient's kind, in order."""
+    whole = finite_lib.Mode.WHOLE
+    if keep is None or not any(keep):
+        return finite_lib.check_unscaled(grads, scale, whole)
     divided = finite_lib.check_unscaled(
-        [None if k else g for g, k in zip(grads, keep)], scale)
-    if not any(keep):
-        return divided
-    kept = finite_lib.all_finite([g for g, k in zip(grads, keep) if k])
-    return tf.logical_and(divided, kept)
+        [None if k else g for g, k in zip(grads, keep)], scale, whole)
+    kept = finite_lib.check(
+        [g for g, k in zip(grads, keep) if k], whole)
+    present = [k for g, k in zip(grads, keep) if g is not None]
+    return finite_lib.Verdict(
+        tf.logical_and(divided.finite, kept.finite),
+        _in_order(present, divided.kinds, kept.kinds))
+
+
+def _in_order(kept: List[bool], divided: Optional[tf.Tensor],
+              others: Optional[tf.Tensor]) -> Optional[tf.Tensor]:
+    """The kinds of the divided and the kept gradients, interleaved back
+    into the gradients' order (`kept[i]`: whether the i-th is kept)."""
+    if divided is None or others is None:
+        return None
+    n_divided = kept.count(False)
+    counters = [0, 0]
+    positions = []
+    for k in kept:
+        positions.append(n_divided + counters[1] if k else counters[0])
+        counters[1 if k else 0] += 1
+    return tf.gather(tf.concat([divided, others], 0), positions)
 
 
 def _unscaling_first(apply: Callable[[List[Any]], Any], scale: tf.Tensor,
@@ -144,6 +168,9 @@ def _unscaling_first(apply: Callable[[List[Any]], Any], scale: tf.Tensor,
     return unscale_then_apply
 
 
+Record = Callable[[List[Any], tf.Tensor, Optional[tf.Tensor], bool], Any]
+
+
 def loss_scaled_step(
     grads: List[Any],
     *,
@@ -155,10 +182,15 @@ def loss_scaled_step(
     rule: Optional[state_machine.Rule],
     keep: Optional[Sequence[bool]] = None,
     verdict: Optional[tf.Tensor] = None,
-    record: Optional[Callable[[List[Any], tf.Tensor], Any]] = None,
+    undivided: Optional[Callable[[List[Any]], Optional[
+        Tuple[List[Any], Any]]]] = None,
+    record: Optional[Record] = None,
     powers_of_two: bool = False,
 ) -> tf.Tensor:
     """Checks, agrees, applies or skips, and advances; in a replica context.
+
+    The compile mode (`finite.compile_mode`) is decided once, here, and
+    handed to the check and to `distribute.apply_or_skip`.
 
     Args:
       grads: the step's gradients (tensors, `tf.IndexedSlices` or None).
@@ -174,9 +206,13 @@ def loss_scaled_step(
         variables); it is still checked.
       verdict: whether `grads` (already unscaled) are all finite, when
         that was computed as they were unscaled; else they are checked.
+      undivided: given unscaled `grads`, what they are the quotients of
+        (`(scaled, scale)`) when known (`GradientMarks`' `Taken.undivided`),
+        else None.
       record: what a skipped step records about its gradients
-        (`skip_record.recorder`), given them and `scale`; it runs in the
-        skip branch only, so a finite step pays nothing for it.
+        (`skip_record.recorder`), given them, `scale`, the kinds the check
+        found (or None) and whether the step is compiled whole; it runs in
+        the skip branch only, so a finite step pays nothing for it.
       powers_of_two: whether every scale the step can see is a power of
         two (`state_machine.powers_of_two_only`). Compiled whole by XLA,
         the update then multiplies by the reciprocal (the same bits as
@@ -186,30 +222,38 @@ def loss_scaled_step(
       The agreed verdict, a scalar bool tensor (True: applied). In a TF1
       graph, running it runs the step.
     """
-    origin = finite_lib.undivided(grads) if already_unscaled else None
+    mode = finite_lib.compile_mode(
+        [g for g in grads if isinstance(g, (tf.Tensor, tf.IndexedSlices))])
+    whole = mode is finite_lib.Mode.WHOLE
+    origin = undivided(grads) if (
+        whole and already_unscaled and undivided is not None) else None
     if origin is not None:
         # Compiled whole by XLA, the documented flow: divide again inside
         # the apply branch, as the Keras 3 flow does (same values), and
         # check the quotients without writing them out.
-        unscaled, finite = origin[0], (
-            verdict if verdict is not None
-            else finite_lib.check_unscaled(*origin))
+        unscaled, found = origin[0], (
+            finite_lib.check_unscaled(*origin, mode) if verdict is None
+            else finite_lib.Verdict(verdict))
         apply = _unscaling_first(apply, origin[1], None, powers_of_two)
     elif already_unscaled and verdict is not None:
-        unscaled, finite = grads, verdict
-    elif not already_unscaled and finite_lib.divides_where_used():
+        unscaled, found = grads, finite_lib.Verdict(verdict)
+    elif not already_unscaled and whole:
         # Compiled whole by XLA: check the scaled gradients now and divide
         # them inside the apply branch, where the division fuses into the
         # update instead of being written out before the branch.
-        unscaled, finite = grads, _check_scaled(grads, scale, keep)
+        unscaled, found = grads, _check_scaled(grads, scale, keep)
         apply = _unscaling_first(apply, scale, keep, powers_of_two)
     else:
-        unscaled, finite = _unscale_and_check(
-            grads, scale, already_unscaled, keep)
-    finite = distribute.agree(finite)
+        unscaled, found = _unscale_and_check(
+            grads, scale, already_unscaled, keep, mode)
+    finite = distribute.agree(found.finite)
+    # Another replica's kinds would be read through a closure: each
+    # replica's record reads its own gradients instead.
+    kinds = found.kinds if distribute.num_replicas() == 1 else None
     taken = distribute.apply_or_skip(
         finite, unscaled, apply, skip,
-        None if record is None else lambda g: record(g, scale))
+        None if record is None else lambda g: record(g, scale, kinds, whole),
+        compiled_whole=whole)
     # Last, so that an inner optimizer that raises leaves the scale as it is.
     advanced = _advance_once(variables, finite, rule)
     if not tf.executing_eagerly() and not tf.inside_function():

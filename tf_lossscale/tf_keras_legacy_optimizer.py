@@ -30,7 +30,7 @@ it:
   gradients.
 
 The step is `step.loss_scaled_step`, through `LossScaleOptimizer._step`,
-shared with every flavour; so are the deliberate differences of API.md
+shared with every flavour; so are the deliberate differences of docs/differences.md
 section 0 (a non-finite step changes nothing with a fixed scale too, the
 knobs, `skipped_steps`). tf_keras' warning about missing scaling methods
 (`ScalingWarnings`) and the other checks are `tf_keras_checks`'s, the
@@ -48,9 +48,6 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 import tf_keras
-from tf_keras.src.mixed_precision.loss_scale_optimizer import (
-    LossScaleOptimizer as _TfKerasLossScaleOptimizerV2,
-)
 
 from tf_lossscale import (
     _tf_private,
@@ -115,6 +112,10 @@ class _SlotRestorer(_tf_private.Trackable):
                                          variable: Any) -> Any:
         return self._optimizer._create_or_restore_slot_variable(
             slot_variable_position, slot_name, variable)
+
+
+_TfKerasLossScaleOptimizerV2: Any = _tf_private.tf_keras_loss_scale_optimizer_bases(
+)[0]
 
 
 class TfKerasLegacyLossScaleOptimizer(
@@ -245,17 +246,18 @@ class TfKerasLegacyLossScaleOptimizer(
         if not pairs:
             self._marks.take([])
             return tf.no_op()
-        already_unscaled = self._already_unscaled([g for g, _ in pairs])
+        # The verdict was of the gradients before they are summed across
+        # replicas: the step checks the sums again.
+        taken = self._decide([g for g, _ in pairs])._replace(verdict=None)
         inner = self.inner_optimizer
         # As with tf_keras' wrapper, the inner optimizer creates its slots
         # when it first applies a step: eagerly, a skipped first step
         # creates none.
         if experimental_aggregate_gradients:
-            pairs = inner._aggregate_gradients(
-                inner._transform_unaggregated_gradients(pairs))
+            pairs = _tf_private.tf_keras_aggregate_gradients(inner, pairs)
         grads, variables = [g for g, _ in pairs], [v for _, v in pairs]
         with tf.name_scope(name or self._name):
-            step = tf.group(self._step(grads, variables, already_unscaled))
+            step = tf.group(self._step(grads, variables, taken))
         return distribute.one_op_for_every_replica(step)
 
     # The parts `optimizer_lib.LossScaleOptimizer._step` is handed.

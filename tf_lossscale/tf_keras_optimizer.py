@@ -33,9 +33,6 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import tensorflow as tf
 import tf_keras
-from tf_keras.src.mixed_precision.loss_scale_optimizer import (
-    LossScaleOptimizerV3 as _TfKerasLossScaleOptimizerV3,
-)
 
 from tf_lossscale import _tf_private, distribute, experimental
 from tf_lossscale import optimizer as optimizer_lib
@@ -93,6 +90,10 @@ class _CallableList(list):
 
 def _is_tf_keras_optimizer(inner_optimizer: Any) -> bool:
     return isinstance(inner_optimizer, tf_keras.optimizers.Optimizer)
+
+
+_TfKerasLossScaleOptimizerV3: Any = _tf_private.tf_keras_loss_scale_optimizer_bases(
+)[1]
 
 
 class TfKerasLossScaleOptimizer(ScalingWarnings,
@@ -294,7 +295,9 @@ class TfKerasLossScaleOptimizer(ScalingWarnings,
         if not pairs:
             self._marks.take([])
             return None
-        already_unscaled = self._already_unscaled([g for g, _ in pairs])
+        # The verdict was of the gradients before they are summed across
+        # replicas: the step checks the sums again.
+        taken = self._decide([g for g, _ in pairs])._replace(verdict=None)
         with tf.init_scope():
             # Slots exist before the first step, applied or skipped.
             self.inner_optimizer.build([v for _, v in pairs])
@@ -302,7 +305,7 @@ class TfKerasLossScaleOptimizer(ScalingWarnings,
             pairs = self.inner_optimizer.aggregate_gradients(pairs)
         grads, variables = [g for g, _ in pairs], [v for _, v in pairs]
         with tf.name_scope(name or self.name):
-            self._step(grads, variables, already_unscaled)
+            self._step(grads, variables, taken)
         return None
 
     @property

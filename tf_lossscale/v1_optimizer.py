@@ -310,7 +310,7 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
         update_op, should_apply = self._loss_scale.update(grads)
         if should_apply is True:
             # A fixed scale says "apply" whatever the gradients; a step with
-            # a NaN or Inf is skipped all the same (API.md section 0).
+            # a NaN or Inf is skipped all the same (docs/differences.md).
             should_apply = distribute.cross_replica_all_finite(grads)
 
         def apply_fn() -> tf.Operation:
@@ -327,14 +327,17 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
         if record is not None:
             skip_fn = record.recording(skip_fn, grads_and_vars, strategy,
                                        scale)
-        if any(_is_reference_variable(v) for _, v in grads_and_vars):
+        if any(_tf_private.is_reference_variable(v)
+               for _, v in grads_and_vars):
             # A reference variable (use_resource=False) cannot be captured
             # by a TF2 `cond` (float32_ref); TF1's Switch/Merge takes it.
             with _tf_private.tf1_control_flow():
                 maybe_apply = distribute.branch(should_apply, apply_fn,
                                                 skip_fn)
         else:
-            maybe_apply = distribute.branch(should_apply, apply_fn, skip_fn)
+            maybe_apply = distribute.branch(
+                should_apply, apply_fn, skip_fn,
+                finite_lib.compile_mode() is finite_lib.Mode.WHOLE)
         counted = None if record is None else record.count_step()
         ops = [op for op in (maybe_apply, update_op, counted)
                if op is not None]
@@ -410,12 +413,6 @@ def _stop_branches(self: MixedPrecisionLossScaleOptimizer,
             return tf.identity(count)
 
     return apply_and_reset, count_and_check
-
-
-def _is_reference_variable(variable: Any) -> bool:
-    """Whether `variable` is a TF1 reference variable (dtype float32_ref)."""
-    dtype = getattr(variable, "dtype", None)
-    return bool(getattr(dtype, "_is_ref_dtype", False))
 
 
 def _scaled_loss(loss: LossLike, scale: tf.Tensor) -> LossLike:
