@@ -49,7 +49,7 @@ class LossScaleOptimizer(optimizer_lib.LossScaleOptimizer):
         warnings.warn(_replacement_message(args), DeprecationWarning,
                       stacklevel=2)
         # The flavour's constructor (next in the twin's MRO).
-        super().__init__(optimizer, name=name, **args)  # type: ignore
+        super().__init__(optimizer, name=name, **args)
 
     @classmethod
     def _from_current_args(cls, inner_optimizer: Any,

@@ -47,7 +47,7 @@ def check_base_arguments(kwargs: Dict[str, Any]) -> None:
             "LossScaleOptimizer does not support arguments: "
             f"`{'`, `'.join(kwargs)}`. It takes inner_optimizer, "
             "dynamic, initial_scale, dynamic_growth_steps, name and the knobs "
-            f"{sorted(settings_lib.KNOB_DEFAULTS)}.")
+            f"{sorted({**settings_lib.KNOB_DEFAULTS, **settings_lib.STOP_DEFAULTS})}.")
 
 
 # The positional arguments after the inner optimizer, in TensorFlow's

@@ -19,7 +19,6 @@ too and refuses Keras' base-optimizer arguments: `keras_arguments`.
 from __future__ import annotations
 
 import copy
-import inspect
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import keras
@@ -102,30 +101,20 @@ class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
 
     def __init__(self, inner_optimizer: keras.optimizers.Optimizer,
                  *args: Any, **kwargs: Any) -> None:
-        # TensorFlow's signature (see `_init`), or Keras 3's positionals.
-        self._init(inner_optimizer,
-                   **keras_arguments.bind_positionals(args, kwargs))
+        # TensorFlow's signature (the public constructor's), or Keras 3's
+        # positionals, read as their authors meant.
+        super().__init__(inner_optimizer,
+                         **keras_arguments.bind_positionals(args, kwargs))
 
-    def _init(self, inner_optimizer: keras.optimizers.Optimizer,
-              dynamic: bool = True, initial_scale: Optional[float] = None,
-              dynamic_growth_steps: Optional[int] = None,
-              name: Optional[str] = None, *, min_scale: float = 1.0,
-              max_scale: Optional[float] = None,
-              growth_factor: float = 2.0, backoff_factor: float = 0.5,
-              hysteresis: int = 1,
-              max_consecutive_skips: Optional[int] = None,
-              save_telemetry: bool = False,
-              **kwargs: Any) -> None:
+    def _check_inner(self, inner_optimizer: Any) -> None:
         _check_inner(inner_optimizer, type(self))
-        settings = settings_lib.check_settings(
-            dynamic, initial_scale, dynamic_growth_steps,
-            min_scale=min_scale, max_scale=max_scale,
-            growth_factor=growth_factor, backoff_factor=backoff_factor,
-            hysteresis=hysteresis,
-            max_consecutive_skips=max_consecutive_skips,
-            save_telemetry=save_telemetry)
-        keras_arguments.check_base_arguments(kwargs)
-        distribute.check_supported_strategy("LossScaleOptimizer")
+
+    def _check_other_arguments(self, others: Dict[str, Any]) -> None:
+        # Keras' base-optimizer arguments, refused as Keras' class does.
+        keras_arguments.check_base_arguments(others)
+
+    def _build(self, inner_optimizer: Any, settings: settings_lib.Settings,
+               name: Optional[str]) -> None:
         # Keras' base constructor, not Keras' LossScaleOptimizer's, which
         # rejects dynamic=False and stores plain attributes. One default
         # name (not auto-numbered), so equal optimizers have equal configs.
@@ -356,7 +345,7 @@ class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
 
 # What `inspect.signature` shows: TensorFlow's documented signature.
 KerasLossScaleOptimizer.__init__.__signature__ = (  # type: ignore[attr-defined]
-    inspect.signature(KerasLossScaleOptimizer._init))
+    settings_lib.constructor_signature(with_name=True, with_self=True))
 
 for _name in HYPERPARAMETERS:
     setattr(KerasLossScaleOptimizer, _name, InnerAttribute(_name))

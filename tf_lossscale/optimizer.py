@@ -28,7 +28,6 @@ AutoGraph converting them cost about 2 s on the first call of a process.
 
 from __future__ import annotations
 
-import inspect
 from typing import (
     Any,
     Callable,
@@ -43,8 +42,8 @@ from typing import (
 
 import tensorflow as tf
 
+from tf_lossscale import distribute, flavour_registry, state_machine
 from tf_lossscale import finite as finite_lib
-from tf_lossscale import flavour_registry, state_machine
 from tf_lossscale import settings as settings_lib
 from tf_lossscale import step as step_lib
 
@@ -198,16 +197,37 @@ class LossScaleOptimizer(SkipReporting, OptimizerConfig):
 
     def __init__(self, inner_optimizer: Any, dynamic: bool = True,
                  initial_scale: Optional[float] = None,
-                 dynamic_growth_steps: Optional[int] = None, *,
-                 min_scale: float = 1.0, max_scale: Optional[float] = None,
-                 growth_factor: float = 2.0, backoff_factor: float = 0.5,
-                 hysteresis: int = 1,
-                 max_consecutive_skips: Optional[int] = None,
-                 save_telemetry: bool = False) -> None:
-        # Reached only through a flavour's constructor, which calls
-        # `_init_loss_scaling` with these arguments.
+                 dynamic_growth_steps: Optional[int] = None,
+                 name: Optional[str] = None, **knobs: Any) -> None:
+        # The one constructor every flavour runs; its signature, as shown,
+        # is `settings.constructor_signature()` (the knobs keyword-only,
+        # their defaults from the table).
+        self._check_inner(inner_optimizer)
+        knobs, others = settings_lib.split_knobs(knobs)
+        settings = settings_lib.check_settings(
+            dynamic, initial_scale, dynamic_growth_steps, **knobs)
+        self._check_other_arguments(others)
+        distribute.check_supported_strategy("LossScaleOptimizer")
+        self._build(inner_optimizer, settings, name)
+
+    def _check_inner(self, inner_optimizer: Any) -> None:
+        """Raises unless this flavour wraps `inner_optimizer`."""
         raise NotImplementedError(
             f"{type(self).__name__} is not a flavour of LossScaleOptimizer.")
+
+    def _check_other_arguments(self, others: Dict[str, Any]) -> None:
+        """Refuses keyword arguments that are neither ours nor a knob."""
+        if others:
+            raise TypeError(
+                f"LossScaleOptimizer got unexpected keyword arguments "
+                f"{sorted(others)}; it takes inner_optimizer, dynamic, "
+                "initial_scale, dynamic_growth_steps, name and the knobs "
+                f"{list(settings_lib.constructor_signature().parameters)[4:]}.")
+
+    def _build(self, inner_optimizer: Any, settings: settings_lib.Settings,
+               name: Optional[str]) -> None:
+        """Makes the flavour's state around the checked settings."""
+        raise NotImplementedError
 
     @classmethod
     def _flavour_for(cls, inner_optimizer: Any
@@ -436,5 +456,7 @@ class LossScaleOptimizer(SkipReporting, OptimizerConfig):
 
 
 # `__new__` picks the flavour; what it accepts is the constructor's.
-LossScaleOptimizer.__new__.__signature__ = inspect.signature(  # type: ignore
-    LossScaleOptimizer.__init__)
+LossScaleOptimizer.__new__.__signature__ = (  # type: ignore[attr-defined]
+    settings_lib.constructor_signature(with_self=True))
+LossScaleOptimizer.__init__.__signature__ = (  # type: ignore[attr-defined]
+    settings_lib.constructor_signature(with_name=True, with_self=True))

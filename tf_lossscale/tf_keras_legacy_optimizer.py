@@ -151,25 +151,12 @@ class TfKerasLegacyLossScaleOptimizer(
     # Like tf_keras' wrapper: `apply_gradients` sums across replicas itself.
     _HAS_AGGREGATE_GRAD = True
 
-    @_tf_private.no_automatic_dependency_tracking
-    def __init__(self, inner_optimizer: Any, dynamic: bool = True,
-                 initial_scale: Optional[float] = None,
-                 dynamic_growth_steps: Optional[int] = None,
-                 name: Optional[str] = None, *, min_scale: float = 1.0,
-                 max_scale: Optional[float] = None,
-                 growth_factor: float = 2.0, backoff_factor: float = 0.5,
-                 hysteresis: int = 1,
-                 max_consecutive_skips: Optional[int] = None,
-                 save_telemetry: bool = False) -> None:
+    def _check_inner(self, inner_optimizer: Any) -> None:
         _check_inner(inner_optimizer, type(self))
-        settings = settings_lib.check_settings(
-            dynamic, initial_scale, dynamic_growth_steps,
-            min_scale=min_scale, max_scale=max_scale,
-            growth_factor=growth_factor, backoff_factor=backoff_factor,
-            hysteresis=hysteresis,
-            max_consecutive_skips=max_consecutive_skips,
-            save_telemetry=save_telemetry)
-        distribute.check_supported_strategy("LossScaleOptimizer")
+
+    @_tf_private.no_automatic_dependency_tracking
+    def _build(self, inner_optimizer: Any, settings: settings_lib.Settings,
+               name: Optional[str]) -> None:
         # Not OptimizerV2's constructor: every variable (iterations, slots,
         # hyperparameters) is the inner optimizer's, and so is every
         # checkpoint key.

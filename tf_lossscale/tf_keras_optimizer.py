@@ -122,25 +122,12 @@ class TfKerasLossScaleOptimizer(ScalingWarnings,
     # `inner_optimizer` property, which has no setter.
     inner_optimizer: Any = None
 
-    @_tf_private.no_automatic_dependency_tracking
-    def __init__(self, inner_optimizer: tf_keras.optimizers.Optimizer,
-                 dynamic: bool = True, initial_scale: Optional[float] = None,
-                 dynamic_growth_steps: Optional[int] = None,
-                 name: Optional[str] = None, *, min_scale: float = 1.0,
-                 max_scale: Optional[float] = None,
-                 growth_factor: float = 2.0, backoff_factor: float = 0.5,
-                 hysteresis: int = 1,
-                 max_consecutive_skips: Optional[int] = None,
-                 save_telemetry: bool = False) -> None:
+    def _check_inner(self, inner_optimizer: Any) -> None:
         _check_inner(inner_optimizer, type(self))
-        settings = settings_lib.check_settings(
-            dynamic, initial_scale, dynamic_growth_steps,
-            min_scale=min_scale, max_scale=max_scale,
-            growth_factor=growth_factor, backoff_factor=backoff_factor,
-            hysteresis=hysteresis,
-            max_consecutive_skips=max_consecutive_skips,
-            save_telemetry=save_telemetry)
-        distribute.check_supported_strategy("LossScaleOptimizer")
+
+    @_tf_private.no_automatic_dependency_tracking
+    def _build(self, inner_optimizer: Any, settings: settings_lib.Settings,
+               name: Optional[str]) -> None:
         # Not tf_keras' Optimizer constructor: every variable (iterations,
         # slots) is the inner optimizer's, and so is every checkpoint key.
         _tf_private.DelegatingTrackableMixin.__init__(self, inner_optimizer)
