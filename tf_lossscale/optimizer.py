@@ -112,7 +112,7 @@ class LossScaleOptimizer(SkipReporting, OptimizerConfig):
     Wraps a Keras 3 or a tf_keras optimizer (of either tf_keras family) and
     builds the flavour for its type.
 
-    Dynamic scaling (the default) starts at `initial_scale` (2**15) and, per
+    Dynamic scaling (the default) starts at `initial_scale` (`2**15`) and, per
     step: a step with any NaN or Inf gradient is skipped (no model variable
     and no optimizer slot changes) and halves the scale, never below
     `min_scale` (1); after `dynamic_growth_steps` (2000) consecutive finite
@@ -139,7 +139,7 @@ class LossScaleOptimizer(SkipReporting, OptimizerConfig):
     Args:
       inner_optimizer: the optimizer to wrap (not a LossScaleOptimizer).
       dynamic: True for dynamic loss scaling, False for a fixed scale.
-      initial_scale: the first scale: a finite number > 0, default 2**15,
+      initial_scale: the first scale: a finite number > 0, default `2**15`,
         when dynamic; the fixed scale, a number >= 1 and required, when not.
       dynamic_growth_steps: an int >= 1, default 2000, when dynamic; must
         be None when not.
