@@ -19,7 +19,7 @@ import importlib as _importlib
 import os as _os
 import sys as _sys
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = (
     "DynamicLossScale",
