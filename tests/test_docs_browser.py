@@ -15,8 +15,8 @@ protocol, `tests/_browser.py`), then asserts in the rendered page:
 - site search, given `get_scaled_loss`, lists the API reference.
 
 Chromium: Debian's `chromium` package (`apt-get install chromium`); CI
-installs it (`ci/run`). Where it is missing the tests skip, except under CI
-(`CI=true`), where they fail. `DOCS_SCREENSHOTS=DIR` also writes a
+installs it (`.ci/run`), and the test extra installs mkdocs. Where either is
+missing the tests skip, except under CI (`CI=true`), where they fail. `DOCS_SCREENSHOTS=DIR` also writes a
 screenshot of each page's first screen to DIR.
 """
 
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import http.server
+import importlib.util
 import os
 import re
 import subprocess
@@ -32,9 +33,8 @@ import threading
 from pathlib import Path
 from typing import Dict, Iterator, List
 
-import pytest
-
 import _browser
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = sorted(p.relative_to(ROOT / "docs").as_posix()
@@ -52,8 +52,17 @@ def url_path(page: str) -> str:
     return (stem[:-len("/index")] if stem.endswith("/index") else stem) + "/"
 
 
+def _missing(message: str) -> None:
+    """Skips where a tool is missing; fails under CI, which must run it."""
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(message + "; CI must run the browser check")
+    pytest.skip(message)
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
+    if importlib.util.find_spec("mkdocs") is None:
+        _missing("mkdocs is not installed (the test extra installs it)")
     out = tmp_path_factory.mktemp("site")
     built = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir",
@@ -82,11 +91,7 @@ def base_url(site) -> Iterator[str]:
 def browser() -> Iterator[_browser.Browser]:
     executable = _browser.find_chromium()
     if executable is None:
-        message = ("no Chromium on PATH: apt-get install chromium (Debian) "
-                   "to run the browser check")
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(message + "; CI must run it")
-        pytest.skip(message)
+        _missing("no Chromium on PATH: apt-get install chromium (Debian)")
     with _browser.Browser(executable) as b:
         yield b
 
