@@ -197,8 +197,8 @@ class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
                         **kwargs: Any) -> Any:
         """Applies one step (or skips it); returns `iterations`.
 
-        Whether the gradients are taken as scaled or as already unscaled is
-        `GradientMarks`' rule. `skip_gradients_aggregation=True` /
+        Whether the gradients are taken as scaled or as already unscaled
+        follows the rule the class docstring describes. `skip_gradients_aggregation=True` /
         `experimental_aggregate_gradients=False` (TF 2.4-2.15's spellings)
         say the gradients are already summed across replicas, as there.
         """

@@ -132,9 +132,9 @@ class LossScaleOptimizer(SkipReporting, OptimizerConfig):
     - Keras 3's, which `fit` uses: `scale_loss(loss)`, gradients, then
       `apply_gradients` with the still scaled gradients.
 
-    `GradientMarks` holds the rule that tells them apart; it is decided in
-    Python when the step runs eagerly or is traced, so it costs nothing per
-    step inside a `tf.function`.
+    The rule that tells them apart (the custom-loops guide states it) is
+    decided in Python when the step runs eagerly or is traced, so it costs
+    nothing per step inside a `tf.function`.
 
     Args:
       inner_optimizer: the optimizer to wrap (not a LossScaleOptimizer).
@@ -356,7 +356,7 @@ class LossScaleOptimizer(SkipReporting, OptimizerConfig):
 
         None entries stay None, `tf.IndexedSlices` stay sparse, every dtype
         is kept. The next `apply_gradients` here takes its gradients as
-        unscaled, unless they are these very `grads` (see `GradientMarks`).
+        unscaled, unless they are these very `grads`.
         """
         grads = list(grads)
         unscaled, finite = finite_lib.unscale_for_step(
