@@ -181,6 +181,8 @@ class LossScaleOptimizer(SkipReporting, OptimizerConfig):
     _marks: GradientMarks
     _untracked: "_Untracked"
     inner_optimizer: Any
+    """The wrapped optimizer. Its hyperparameters (`learning_rate`,
+    `momentum`, ...) read and write through the wrapper too."""
 
     def __init_subclass__(cls, wraps: Optional[Predicate] = None,
                           **kwargs: Any) -> None:
