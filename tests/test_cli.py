@@ -91,7 +91,9 @@ def test_help_as_console_script_names_the_script():
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(
         "usage: tf-lossscale [-h] [--version] {demo,bench,migrate} ...\n")
-    assert "python -m" not in result.stdout
+    # Named as invoked; the one `python -m` is the shim's runner, listed.
+    assert not re.search(r"python -m tf_lossscale(?!\.compat)",
+                         result.stdout), result.stdout
 
 
 def test_subcommand_help_keeps_the_program_name():
@@ -199,3 +201,41 @@ def test_quiet_start_leaves_a_user_set_level_alone(monkeypatch):
     monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "1")
     assert cli.quiet_tensorflow_start() is False
     assert os.environ["TF_CPP_MIN_LOG_LEVEL"] == "1"
+
+
+def test_top_level_help_lists_the_shims_runner():
+    result = _run(MODULE + ["--help"])
+    assert result.returncode == 0, result.stderr
+    assert "python -m tf_lossscale.compat SCRIPT [ARGS...]" in result.stdout
+    assert "https://tf-lossscale.github.io/tf_lossscale/" in result.stdout
+
+
+def test_bench_help_says_what_it_measures_how_long_and_where():
+    result = _run(MODULE + ["bench", "--help"])
+    assert result.returncode == 0, result.stderr
+    text = " ".join(result.stdout.split())
+    for part in ("compile + train_on_batch", "GradientTape loop",
+                 "get_unscaled_gradients and its finite check",
+                 "about 23 minutes", "needs a source checkout"):
+        assert part in text, part
+
+
+def test_shim_runner_help_answers_without_tensorflow():
+    runner = [sys.executable, "-m", "tf_lossscale.compat", "--help"]
+    result = _run(runner)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("usage: python -m tf_lossscale.compat")
+    for part in ("mixed_precision.experimental", "get_scaled_loss",
+                 "enable,disable}_mixed_precision_graph_rewrite",
+                 "python -m tf_lossscale migrate PATH"):
+        assert part in result.stdout, part
+    assert result.stderr == ""  # no TensorFlow start-up lines
+    env = dict(_env(), PYTHONPROFILEIMPORTTIME="1")
+    timed = subprocess.run(runner, cwd=REPO, env=env, capture_output=True,
+                           text=True, timeout=300, check=False)
+    imported = _imported_modules(timed.stderr)
+    assert "tf_lossscale.compat.__main__" in imported or (
+        "tf_lossscale.compat" in imported), timed.stderr[-2000:]
+    heavy = sorted(m for m in imported
+                   if m.split(".")[0] in ("tensorflow", "keras", "tf_keras"))
+    assert heavy == [], heavy[:10]

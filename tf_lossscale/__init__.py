@@ -19,7 +19,7 @@ import importlib as _importlib
 import os as _os
 import sys as _sys
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = (
     "DynamicLossScale",
@@ -89,7 +89,10 @@ def _load() -> None:
 
 def _running_own_cli() -> bool:
     argv = getattr(_sys, "orig_argv", [])
-    as_module = any(a == "-m" and b == __name__ for a, b in zip(argv, argv[1:]))
+    # `python -m tf_lossscale` and the shim's runner, whose `--help` must
+    # not start TensorFlow either (the runner loads the names itself).
+    runners = (__name__, __name__ + ".compat")
+    as_module = any(a == "-m" and b in runners for a, b in zip(argv, argv[1:]))
     script = _os.path.basename(_sys.argv[0]) if _sys.argv else ""
     return as_module or script == "tf-lossscale"
 

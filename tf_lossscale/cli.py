@@ -123,11 +123,41 @@ def _migrate(args: argparse.Namespace) -> int:
     return migrate.run(paths=args.paths, write=args.write)
 
 
+_EPILOG = """\
+also:
+  python -m tf_lossscale.compat SCRIPT [ARGS...]
+                        run a TF 2.1-2.15 script that uses the legacy
+                        loss-scaling API unchanged, with the shim installed
+
+documentation: https://tf-lossscale.github.io/tf_lossscale/"""
+
+_BENCH_DESCRIPTION = """\
+Times tf_lossscale against a plain optimizer and against Keras' own
+LossScaleOptimizer (Keras 3's and tf_keras'), each Keras in a process of its
+own, and prints a Markdown report. Without a flag it runs every workload at
+full size, the longest run:
+
+  fit        compile + train_on_batch of a 40 x Dense(512) MLP, SGD and Adam,
+             without XLA and with jit_compile=True
+  loop       a tf.function GradientTape loop of 100 small layers, both flows
+             (scale_loss + apply_gradients; get_scaled_loss +
+             get_unscaled_gradients + apply_gradients), without and with XLA
+  check      get_unscaled_gradients and its finite check alone, and the
+             XLA fusions it compiles to
+
+It needs a source checkout: the suite is benchmarks/ at the repository's
+root, not part of the installed package (git clone, pip install -e ., then
+run it there). Results of a reference run and what they mean:
+https://tf-lossscale.github.io/tf_lossscale/performance/"""
+
+
 def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
     """The parser; `prog` defaults to how this process was invoked."""
     parser = argparse.ArgumentParser(
         prog=prog or _prog_from_argv0(),
-        description="Loss scaling for mixed-precision TensorFlow training.")
+        description="Loss scaling for mixed-precision TensorFlow training.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=_EPILOG)
     parser.add_argument("--version", action=_VersionAction,
                         help="print tf_lossscale's version and exit")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -143,13 +173,18 @@ def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
     demo.set_defaults(run=_demo)
 
     bench = commands.add_parser(
-        "bench", help="benchmark against Keras' own LossScaleOptimizer")
+        "bench", help="time a training step against Keras' own "
+        "LossScaleOptimizer (needs a source checkout)",
+        description=_BENCH_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     bench.add_argument("--quick", action="store_true",
-                       help="every row and target, smaller (about 23 "
-                       "minutes on two cores)")
+                       help="every workload and target on smaller models, "
+                       "fewer steps: about 23 minutes on two CPU cores "
+                       "(11 with --xla)")
     bench.add_argument("--xla", action="store_true",
-                       help="only the rows compiled with XLA (jit_compile="
-                       "True, Keras 3's default for fit on a GPU)")
+                       help="only the workloads compiled with XLA "
+                       "(jit_compile=True, Keras 3's default for fit on a "
+                       "GPU): fit and the custom loop")
     bench.add_argument("--record-cost", action="store_true",
                        help="also time tf_lossscale without its skip record "
                        "(what LossScaleOptimizer.last_skip reads), to show "

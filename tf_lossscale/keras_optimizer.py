@@ -160,7 +160,7 @@ class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
         """`loss` times the scale, with Keras 3's dtype rule; `fit` calls it.
 
         As Keras 3 multiplies: once built, by the float32 scale variable, so
-        a float16 loss gives a float32 scaled loss (4.0 * 2**15 is 131072,
+        a float16 loss gives a float32 scaled loss (`4.0 * 2**15` is 131072,
         not float16's inf); before, in the loss's dtype, as Keras 3's
         Python number does. Unlike Keras 3, the value is the current scale
         even then (ours exists from construction): a step traced before
@@ -186,8 +186,8 @@ class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
                         **kwargs: Any) -> Any:
         """Applies one step (or skips it); returns `iterations`.
 
-        Whether the gradients are taken as scaled or as already unscaled is
-        `GradientMarks`' rule. `skip_gradients_aggregation=True` /
+        Whether the gradients are taken as scaled or as already unscaled
+        follows the rule the class docstring describes. `skip_gradients_aggregation=True` /
         `experimental_aggregate_gradients=False` (TF 2.4-2.15's spellings)
         say the gradients are already summed across replicas, as there.
         """

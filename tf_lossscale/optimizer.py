@@ -110,7 +110,7 @@ class LossScaleOptimizer(SkipReporting, OptimizerConfig):
     Wraps a Keras 3 or a tf_keras optimizer (of either tf_keras family) and
     builds the flavour for its type.
 
-    Dynamic scaling (the default) starts at `initial_scale` (2**15) and, per
+    Dynamic scaling (the default) starts at `initial_scale` (`2**15`) and, per
     step: a step with any NaN or Inf gradient is skipped (no model variable
     and no optimizer slot changes) and halves the scale, never below
     `min_scale` (1); after `dynamic_growth_steps` (2000) consecutive finite
@@ -130,14 +130,14 @@ class LossScaleOptimizer(SkipReporting, OptimizerConfig):
     - Keras 3's, which `fit` uses: `scale_loss(loss)`, gradients, then
       `apply_gradients` with the still scaled gradients.
 
-    `GradientMarks` holds the rule that tells them apart; it is decided in
-    Python when the step runs eagerly or is traced, so it costs nothing per
-    step inside a `tf.function`.
+    The rule that tells them apart (the custom-loops guide states it) is
+    decided in Python when the step runs eagerly or is traced, so it costs
+    nothing per step inside a `tf.function`.
 
     Args:
       inner_optimizer: the optimizer to wrap (not a LossScaleOptimizer).
       dynamic: True for dynamic loss scaling, False for a fixed scale.
-      initial_scale: the first scale: a finite number > 0, default 2**15,
+      initial_scale: the first scale: a finite number > 0, default `2**15`,
         when dynamic; the fixed scale, a number >= 1 and required, when not.
       dynamic_growth_steps: an int >= 1, default 2000, when dynamic; must
         be None when not.
@@ -179,6 +179,8 @@ class LossScaleOptimizer(SkipReporting, OptimizerConfig):
     _marks: GradientMarks
     _untracked: "_Untracked"
     inner_optimizer: Any
+    """The wrapped optimizer. Its hyperparameters (`learning_rate`,
+    `momentum`, ...) read and write through the wrapper too."""
 
     def __init_subclass__(cls, wraps: Optional[Predicate] = None,
                           **kwargs: Any) -> None:
@@ -375,7 +377,7 @@ class LossScaleOptimizer(SkipReporting, OptimizerConfig):
 
         None entries stay None, `tf.IndexedSlices` stay sparse, every dtype
         is kept. The next `apply_gradients` here takes its gradients as
-        unscaled, unless they are these very `grads` (see `GradientMarks`).
+        unscaled, unless they are these very `grads`.
         """
         grads = list(grads)
         scale = self._current_scale()

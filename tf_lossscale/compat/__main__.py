@@ -18,17 +18,30 @@ import sys
 import types
 from typing import List, Optional
 
-from tf_lossscale.compat import shim
-
 __all__ = ["main"]
 
 _USAGE = """usage: python -m tf_lossscale.compat SCRIPT [ARGS...]
 
-Runs a TF 2.1-2.15 script that uses the legacy loss-scaling API
-(tf.keras.mixed_precision.experimental, tf.keras.mixed_precision.
-LossScaleOptimizer, tf.train.experimental.*LossScale,
-enable_mixed_precision_graph_rewrite) unchanged on today's TensorFlow, with
-tf_lossscale.compat installed."""
+Runs a TF 2.1-2.15 script that uses the legacy loss-scaling API unchanged on
+today's TensorFlow: installs tf_lossscale.compat's shim, then runs SCRIPT as
+`python SCRIPT ARGS...` would (same sys.argv, __name__ == "__main__", exit
+code and traceback). The shim makes these legacy names work again:
+
+  tf.keras.mixed_precision.experimental (Policy, set_policy, global_policy,
+    LossScaleOptimizer)
+  tf.keras.mixed_precision.LossScaleOptimizer with get_scaled_loss and
+    get_unscaled_gradients, on Keras 3
+  tf.train.experimental.{LossScale,FixedLossScale,DynamicLossScale} and
+    the same under tf.mixed_precision.experimental; the TF1
+    MixedPrecisionLossScaleOptimizer
+  {enable,disable}_mixed_precision_graph_rewrite
+
+example:
+  python -m tf_lossscale.compat train.py --epochs 3
+
+To change the source instead, so that it needs no shim:
+  python -m tf_lossscale migrate PATH
+Documentation: https://tf-lossscale.github.io/tf_lossscale/migrating/"""
 
 
 def _script_traceback(tb: Optional[types.TracebackType],
@@ -74,6 +87,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"{sys.executable}: can't open file {os.path.abspath(script)!r}"
               ": [Errno 2] No such file or directory", file=sys.stderr)
         return 2
+    # Imported only now, so that `--help` answers without TensorFlow.
+    import tf_lossscale
+    from tf_lossscale.compat import shim
+    tf_lossscale.LossScaleOptimizer  # noqa: B018 (loads and registers all)
     shim.install()
     sys.argv = argv
     sys.path[0] = os.path.dirname(os.path.realpath(script))
