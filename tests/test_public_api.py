@@ -40,3 +40,25 @@ def test_the_optimizer_shows_its_real_signature():
     experimental = inspect.signature(
         tf_lossscale.experimental.LossScaleOptimizer).parameters
     assert list(experimental) == ["optimizer", "loss_scale", "name"]
+
+
+def test_the_one_constructor_takes_its_knob_defaults_from_the_tables():
+    """The constructor's keyword-only knobs are settings' tables, in order,
+    with the same defaults: a knob added to a table and not to the one
+    signature (or the other way round) fails here."""
+    from tf_lossscale import settings
+    from tf_lossscale.optimizer import LossScaleOptimizer
+    parameters = inspect.signature(LossScaleOptimizer.__init__).parameters
+    knobs = {name: p.default for name, p in parameters.items()
+             if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    assert knobs == {**settings.KNOB_DEFAULTS, **settings.STOP_DEFAULTS}
+    assert list(knobs) == list({**settings.KNOB_DEFAULTS,
+                                **settings.STOP_DEFAULTS})
+    # No flavour writes a constructor of its own.
+    import keras
+    flavour = type(tf_lossscale.LossScaleOptimizer(keras.optimizers.SGD()))
+    assert "_build" in vars(flavour)
+    assert [c.__name__ for c in flavour.__mro__
+            if "__init__" in vars(c) and c.__module__.startswith(
+                "tf_lossscale")] == ["KerasLossScaleOptimizer",
+                                     "LossScaleOptimizer"]

@@ -19,6 +19,7 @@ too and refuses Keras' base-optimizer arguments: `keras_arguments`.
 from __future__ import annotations
 
 import copy
+import inspect
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import keras
@@ -345,7 +346,7 @@ class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
 
 # What `inspect.signature` shows: TensorFlow's documented signature.
 KerasLossScaleOptimizer.__init__.__signature__ = (  # type: ignore[attr-defined]
-    settings_lib.constructor_signature(with_name=True, with_self=True))
+    inspect.signature(optimizer_lib.LossScaleOptimizer.__init__))
 
 for _name in HYPERPARAMETERS:
     setattr(KerasLossScaleOptimizer, _name, InnerAttribute(_name))

@@ -28,6 +28,7 @@ AutoGraph converting them cost about 2 s on the first call of a process.
 
 from __future__ import annotations
 
+import inspect
 from typing import (
     Any,
     Callable,
@@ -141,6 +142,7 @@ class LossScaleOptimizer(SkipReporting, OptimizerConfig):
         when dynamic; the fixed scale, a number >= 1 and required, when not.
       dynamic_growth_steps: an int >= 1, default 2000, when dynamic; must
         be None when not.
+      name: the optimizer's name (default: the original's).
       min_scale: the floor of a dynamic scale, any finite number > 0;
         default 1. Below `2**-126` the scale floors at `2**-126` (TensorFlow
         flushes subnormal float32s to 0, and 0 would never grow back).
@@ -161,6 +163,9 @@ class LossScaleOptimizer(SkipReporting, OptimizerConfig):
         under the inner optimizer's `loss_scale_telemetry` child, and in
         the model files that keep the optimizer's state (Keras 3's
         `.keras`: `keras_telemetry_file`; tf_keras: see `variables`).
+      **kwargs: Keras' base-optimizer arguments, which the Keras 3 flavour
+        accepts at their defaults only, as Keras' own class does (set them
+        on the inner optimizer); any other keyword is refused.
 
     Raises:
       TypeError: `inner_optimizer` is not an optimizer of a supported Keras,
@@ -200,15 +205,23 @@ class LossScaleOptimizer(SkipReporting, OptimizerConfig):
     def __init__(self, inner_optimizer: Any, dynamic: bool = True,
                  initial_scale: Optional[float] = None,
                  dynamic_growth_steps: Optional[int] = None,
-                 name: Optional[str] = None, **knobs: Any) -> None:
-        # The one constructor every flavour runs; its signature, as shown,
-        # is `settings.constructor_signature()` (the knobs keyword-only,
-        # their defaults from the table).
+                 name: Optional[str] = None, *, min_scale: float = 1.0,
+                 max_scale: Optional[float] = None,
+                 growth_factor: float = 2.0, backoff_factor: float = 0.5,
+                 hysteresis: int = 1,
+                 max_consecutive_skips: Optional[int] = None,
+                 save_telemetry: bool = False, **kwargs: Any) -> None:
+        # The one constructor every flavour runs. The knobs' defaults are
+        # settings' tables' (tests/test_public_api.py holds them equal).
         self._check_inner(inner_optimizer)
-        knobs, others = settings_lib.split_knobs(knobs)
         settings = settings_lib.check_settings(
-            dynamic, initial_scale, dynamic_growth_steps, **knobs)
-        self._check_other_arguments(others)
+            dynamic, initial_scale, dynamic_growth_steps,
+            min_scale=min_scale, max_scale=max_scale,
+            growth_factor=growth_factor, backoff_factor=backoff_factor,
+            hysteresis=hysteresis,
+            max_consecutive_skips=max_consecutive_skips,
+            save_telemetry=save_telemetry)
+        self._check_other_arguments(kwargs)
         distribute.check_supported_strategy("LossScaleOptimizer")
         self._build(inner_optimizer, settings, name)
 
@@ -224,7 +237,7 @@ class LossScaleOptimizer(SkipReporting, OptimizerConfig):
                 f"LossScaleOptimizer got unexpected keyword arguments "
                 f"{sorted(others)}; it takes inner_optimizer, dynamic, "
                 "initial_scale, dynamic_growth_steps, name and the knobs "
-                f"{list(settings_lib.constructor_signature().parameters)[4:]}.")
+                f"{list({**settings_lib.KNOB_DEFAULTS, **settings_lib.STOP_DEFAULTS})}.")
 
     def _build(self, inner_optimizer: Any, settings: settings_lib.Settings,
                name: Optional[str]) -> None:
@@ -457,8 +470,10 @@ class LossScaleOptimizer(SkipReporting, OptimizerConfig):
         raise NotImplementedError
 
 
-# `__new__` picks the flavour; what it accepts is the constructor's.
-LossScaleOptimizer.__new__.__signature__ = (  # type: ignore[attr-defined]
-    settings_lib.constructor_signature(with_self=True))
-LossScaleOptimizer.__init__.__signature__ = (  # type: ignore[attr-defined]
-    settings_lib.constructor_signature(with_name=True, with_self=True))
+# `__new__` picks the flavour; what it accepts is the constructor's (the
+# name aside, which only a flavour's signature shows).
+LossScaleOptimizer.__new__.__signature__ = inspect.signature(  # type: ignore
+    LossScaleOptimizer.__init__).replace(parameters=[
+        p for p in inspect.signature(LossScaleOptimizer.__init__
+                                     ).parameters.values()
+        if p.name not in ("name", "kwargs")])

@@ -11,8 +11,7 @@ here, so an argument is checked, defaulted and serialized in one place.
 from __future__ import annotations
 
 import dataclasses
-import inspect
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional
 
 import numpy as np
 
@@ -20,7 +19,7 @@ from tf_lossscale import _checks, state_machine
 
 __all__ = [
     "KNOB_DEFAULTS", "SMALLEST_NORMAL_FLOAT32", "STOP_DEFAULTS", "Settings",
-    "check_settings", "constructor_signature", "split_knobs"]
+    "check_settings"]
 
 # The least floor the rule applies: 2**-126, the smallest normal float32.
 # TensorFlow flushes subnormal float32s to zero (on CPU and GPU), so a
@@ -210,35 +209,3 @@ def _fixed_settings(initial_scale: Any, dynamic_growth_steps: Any,
             "scale, and dynamic=False. Pass dynamic=True, or drop them.")
     return Settings(False, _checks.check_real(
         "initial_scale", initial_scale, minimum=1.0), None)
-
-
-def split_knobs(kwargs: Dict[str, Any]) -> Tuple[Dict[str, Any],
-                                                 Dict[str, Any]]:
-    """`(knobs, others)`: the keyword arguments the tables name, and the
-    rest (which a flavour refuses as its original does)."""
-    names = {**KNOB_DEFAULTS, **STOP_DEFAULTS}
-    return ({k: v for k, v in kwargs.items() if k in names},
-            {k: v for k, v in kwargs.items() if k not in names})
-
-
-def constructor_signature(with_name: bool = False,
-                          with_self: bool = False) -> inspect.Signature:
-    """The one constructor signature of `LossScaleOptimizer`, built from
-    the tables above: `(inner_optimizer, dynamic=True, initial_scale=None,
-    dynamic_growth_steps=None[, name=None], *, <knobs>)`, with `self` first
-    for a method's `__signature__`. A new knob is an entry in a table; every
-    flavour takes it and shows it."""
-    positional = inspect.Parameter.POSITIONAL_OR_KEYWORD
-    keyword = inspect.Parameter.KEYWORD_ONLY
-    parameters = [inspect.Parameter("self", positional)] if with_self else []
-    parameters += [
-        inspect.Parameter("inner_optimizer", positional),
-        inspect.Parameter("dynamic", positional, default=True),
-        inspect.Parameter("initial_scale", positional, default=None),
-        inspect.Parameter("dynamic_growth_steps", positional, default=None)]
-    if with_name:
-        parameters.append(inspect.Parameter("name", positional, default=None))
-    parameters += [inspect.Parameter(name, keyword, default=default)
-                   for name, default in {**KNOB_DEFAULTS,
-                                         **STOP_DEFAULTS}.items()]
-    return inspect.Signature(parameters)
