@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Dict, Optional, Tuple
 from tf_lossscale import config_conversion, state_machine
 from tf_lossscale import optimizer as optimizer_lib
 
-__all__ = ["LossScaleOptimizer", "register_serializable"]
+__all__ = ["LossScaleOptimizer", "register_joined", "register_serializable"]
 
 
 class LossScaleOptimizer(optimizer_lib.LossScaleOptimizer):
@@ -74,6 +74,25 @@ def register_serializable(saving: Any, current: type, twin: type,
     saving.register_keras_serializable("tf_lossscale", names[0])(current)
     saving.register_keras_serializable("tf_lossscale", names[1])(twin)
     saving.get_custom_objects()[saving.get_registered_name(twin)] = current
+
+
+def register_joined(saving: Any, joined: type, derived: type,
+                    flavour: type) -> None:
+    """Registers with a Keras' `saving` the class that joins a subclass of
+    ours (`derived`, which names no flavour) with `flavour`.
+
+    Saved under a name of its own (the subclass's module and name, and the
+    flavour's), it loads as `derived`, which picks the flavour again from
+    the inner optimizer's config. A process that loads it before building
+    one needs `derived` in `custom_objects`, as for any custom class.
+    """
+    name = (f"{derived.__module__}.{derived.__qualname__}"
+            f".{flavour.__qualname__}")
+    registered = f"tf_lossscale.subclass>{name}"
+    if registered not in saving.get_custom_objects():
+        saving.register_keras_serializable("tf_lossscale.subclass",
+                                           name)(joined)
+    saving.get_custom_objects()[registered] = derived
 
 
 def _replacement_message(args: Dict[str, Any]) -> str:

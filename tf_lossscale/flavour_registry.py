@@ -18,13 +18,16 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, cast
 
 __all__ = [
     "Predicate",
     "add_flavour_loader",
+    "derive",
     "flavours_of",
     "frozen_keras_hint",
+    "is_flavour",
+    "joined",
     "legacy_keras_requested",
     "load_flavours",
     "register",
@@ -37,6 +40,10 @@ Predicate = Callable[[Any], bool]
 
 # Public class -> [(accepts inner optimizer?, flavour)], in definition order.
 _REGISTRY: Dict[type, List[Tuple[Predicate, type]]] = {}
+# A subclass of a public class that names no flavour (a user's) -> that
+# public class; and (such a subclass, flavour) -> the class joining them.
+_DERIVED: Dict[type, type] = {}
+_JOINED: Dict[Tuple[type, type], type] = {}
 # (top-level package of an optimizer's type, module that serves it).
 _LOADERS: List[Tuple[str, str]] = []
 
@@ -47,8 +54,43 @@ def register(public: type, wraps: Predicate, flavour: type) -> None:
 
 
 def flavours_of(public: type) -> List[Tuple[Predicate, type]]:
-    """The flavours registered under `public`, in definition order."""
-    return _REGISTRY.get(public, [])
+    """The flavours registered under `public`, in definition order.
+
+    For a class `derive` entered, its parent's flavours, each joined with
+    it (`joined`).
+    """
+    parent = _DERIVED.get(public)
+    if parent is None:
+        return _REGISTRY.get(public, [])
+    return [(accepts, joined(public, flavour))
+            for accepts, flavour in flavours_of(parent)]
+
+
+def is_flavour(cls: type) -> bool:
+    """Whether `cls` is, or derives from, a registered flavour."""
+    flavours = {f for entries in _REGISTRY.values() for _, f in entries}
+    return any(base in flavours for base in cls.__mro__)
+
+
+def derive(cls: type, parent: type) -> None:
+    """Enters `cls`, a subclass of the public class `parent` that names no
+    flavour: it picks the flavour its parent would, joined with itself."""
+    _DERIVED[cls] = parent
+
+
+def joined(cls: type, flavour: type) -> type:
+    """The class of `cls` (a derived public class) and `flavour`: `cls`'s
+    methods first, then the flavour's; named as `cls`, so `type(opt)`,
+    `repr` and a saved config name the user's class."""
+    key = (cls, flavour)
+    if key not in _JOINED:
+        _JOINED[key] = type(cls.__name__, (cls, flavour), {
+            "__module__": cls.__module__, "__qualname__": cls.__qualname__,
+            "__doc__": cls.__doc__})
+        # Its Keras saves it under a name that loads `cls` (which picks the
+        # flavour again): the flavour knows which Keras that is.
+        cast(Any, flavour)._register_joined(_JOINED[key], cls)
+    return _JOINED[key]
 
 
 def add_flavour_loader(package: str, module: str) -> None:

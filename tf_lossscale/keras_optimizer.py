@@ -110,6 +110,10 @@ class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
     def _check_inner(self, inner_optimizer: Any) -> None:
         _check_inner(inner_optimizer, type(self))
 
+    @classmethod
+    def _register_joined(cls, joined: type, derived: type) -> None:
+        experimental.register_joined(keras.saving, joined, derived, cls)
+
     def _check_other_arguments(self, others: Dict[str, Any]) -> None:
         # Keras' base-optimizer arguments, refused as Keras' class does.
         keras_arguments.check_base_arguments(others)

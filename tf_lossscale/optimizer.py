@@ -188,13 +188,20 @@ class LossScaleOptimizer(SkipReporting, OptimizerConfig):
     `momentum`, ...) read and write through the wrapper too."""
 
     def __init_subclass__(cls, wraps: Optional[Predicate] = None,
-                          **kwargs: Any) -> None:
+                          flavour_part: bool = False, **kwargs: Any) -> None:
+        # `wraps`: a flavour, which wraps what the predicate accepts.
+        # `flavour_part`: a base that flavours build on, never built alone.
         super().__init_subclass__(**kwargs)
-        if wraps is None:
-            return
         public = next(base for base in cls.__mro__[1:]
                       if base.__dict__.get("_PICKS_FLAVOUR", False))
-        flavour_registry.register(public, wraps, cls)
+        if wraps is not None:
+            flavour_registry.register(public, wraps, cls)
+        elif not (flavour_part or cls.__dict__.get("_PICKS_FLAVOUR", False)
+                  or flavour_registry.is_flavour(cls)):
+            # A subclass that names no flavour (a user's, or a legacy
+            # class of the shim) picks one as its parent does.
+            cls._PICKS_FLAVOUR = True
+            flavour_registry.derive(cls, public)
 
     def __new__(cls, *args: Any, **kwargs: Any) -> "LossScaleOptimizer":
         if cls.__dict__.get("_PICKS_FLAVOUR", False):
@@ -243,6 +250,11 @@ class LossScaleOptimizer(SkipReporting, OptimizerConfig):
                name: Optional[str]) -> None:
         """Makes the flavour's state around the checked settings."""
         raise NotImplementedError
+
+    @classmethod
+    def _register_joined(cls, joined: type, derived: type) -> None:
+        """Registers `joined` (a subclass `derived` joined with this
+        flavour) with this flavour's Keras' serialization (a flavour says)."""
 
     @classmethod
     def _flavour_for(cls, inner_optimizer: Any

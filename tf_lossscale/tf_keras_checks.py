@@ -75,7 +75,7 @@ def checked_pairs(grads_and_vars: Iterable[Tuple[Any, Any]]
     return kept
 
 
-class ScalingWarnings(optimizer_lib.LossScaleOptimizer):
+class ScalingWarnings(optimizer_lib.LossScaleOptimizer, flavour_part=True):
     """tf_keras' warning when `apply_gradients` misses a scaling method.
 
     Both tf_keras wrappers remember whether `get_scaled_loss` and

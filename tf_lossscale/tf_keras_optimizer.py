@@ -125,6 +125,10 @@ class TfKerasLossScaleOptimizer(ScalingWarnings,
     def _check_inner(self, inner_optimizer: Any) -> None:
         _check_inner(inner_optimizer, type(self))
 
+    @classmethod
+    def _register_joined(cls, joined: type, derived: type) -> None:
+        experimental.register_joined(tf_keras.saving, joined, derived, cls)
+
     @_tf_private.no_automatic_dependency_tracking
     def _build(self, inner_optimizer: Any, settings: settings_lib.Settings,
                name: Optional[str]) -> None:

@@ -22,6 +22,7 @@ from typing import Any, Callable, Optional, Tuple
 import keras
 
 import tf_lossscale
+from tf_lossscale.compat import legacy_optimizer
 from tf_lossscale.compat.policy import LossScaleMixin
 
 __all__ = ["hooked", "optimizer_for_compile"]
@@ -53,7 +54,8 @@ def optimizer_for_compile(policy: Any, optimizer: Any, get: Get,
     Returns:
       Under a TF 2.1-2.3 `Policy` with a loss scale, the experimental
       `LossScaleOptimizer(optimizer, policy.loss_scale)`; under the
-      "mixed_float16" policy, `tf_lossscale.LossScaleOptimizer(optimizer)`;
+      "mixed_float16" policy, TF 2.4-2.15's class
+      (`legacy_optimizer.LossScaleOptimizer(optimizer)`);
       else, or if `optimizer` already is a loss-scale optimizer (or None),
       `optimizer` unchanged.
     """
@@ -68,7 +70,7 @@ def optimizer_for_compile(policy: Any, optimizer: Any, get: Get,
     if isinstance(optimizer, _loss_scale_optimizer_types()):
         return optimizer
     if not legacy:
-        return tf_lossscale.LossScaleOptimizer(optimizer)
+        return legacy_optimizer.LossScaleOptimizer(optimizer)
     with warnings.catch_warnings():
         # TF 2.3's compile chose this class itself; the user did not.
         warnings.simplefilter("ignore", DeprecationWarning)

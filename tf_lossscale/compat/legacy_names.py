@@ -95,9 +95,12 @@ LEGACY_NAMES: Dict[str, LegacyName] = {
         "tf_lossscale.experimental.LossScaleOptimizer",
         "tf_lossscale.LossScaleOptimizer"),
     # TF 2.4-2.15: Keras 3's class of that name lacks get_scaled_loss,
-    # get_unscaled_gradients, minimize and dynamic=False.
+    # get_unscaled_gradients, minimize and dynamic=False, and takes
+    # unmarked gradients as scaled where TF 2.4-2.15's applied them as
+    # given (`legacy_optimizer`).
     f"{_KERAS_MP}.LossScaleOptimizer": LegacyName(
-        "tf_lossscale.LossScaleOptimizer", "tf_lossscale.LossScaleOptimizer"),
+        "tf_lossscale.compat.legacy_optimizer.LossScaleOptimizer",
+        "tf_lossscale.LossScaleOptimizer"),
     # TF 2.1-2.3's policy API; the current Policy takes no `loss_scale`.
     f"{_KERAS_EXPERIMENTAL}.Policy": _policy_api("Policy", "Policy"),
     f"{_KERAS_EXPERIMENTAL}.set_policy": _policy_api(

@@ -1,0 +1,25 @@
+"""TF 2.4-2.15's `tf.keras.mixed_precision.LossScaleOptimizer`, as the shim
+binds that name.
+
+It is `tf_lossscale.LossScaleOptimizer` with one rule of its original: the
+gradients `apply_gradients` gets when no scaling method ran are applied as
+given (unscaled), as TF 2.4-2.15's class applied them. Code of that time
+with `compile` under a `mixed_float16` policy and a custom `train_step`
+that applies `tape.gradient(loss)` trains as it did; Keras 3's `fit` calls
+`scale_loss`, which marks its gradients as scaled, so `fit` is unchanged.
+`tf_lossscale.LossScaleOptimizer` used directly keeps Keras 3's rule.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import tf_lossscale
+
+__all__ = ["LossScaleOptimizer"]
+
+
+class LossScaleOptimizer(tf_lossscale.LossScaleOptimizer):
+    """TF 2.4-2.15's class: unmarked gradients are applied as given."""
+
+    _UNMARKED_GRADIENTS_ARE_SCALED: ClassVar[bool] = False
