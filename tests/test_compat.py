@@ -115,8 +115,12 @@ def test_import_statements_of_legacy_modules_work_after_install():
         from tensorflow.mixed_precision.experimental import FixedLossScale
         import tensorflow as tf
         assert a is b is c.experimental is tf.keras.mixed_precision.experimental
-        experimental = tf_lossscale.experimental
-        assert a.LossScaleOptimizer is experimental.LossScaleOptimizer
+        from tf_lossscale.compat import legacy_optimizer
+        assert a.LossScaleOptimizer is (
+            legacy_optimizer.ExperimentalLossScaleOptimizer)
+        assert issubclass(a.LossScaleOptimizer,
+                          tf_lossscale.experimental.LossScaleOptimizer)
+        assert issubclass(a.LossScaleOptimizer, c.LossScaleOptimizer)
         assert a.Policy is tf_lossscale.compat.Policy
         assert DynamicLossScale is tf_lossscale.DynamicLossScale
         assert FixedLossScale is tf_lossscale.FixedLossScale

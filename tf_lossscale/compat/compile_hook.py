@@ -74,7 +74,7 @@ def optimizer_for_compile(policy: Any, optimizer: Any, get: Get,
     with warnings.catch_warnings():
         # TF 2.3's compile chose this class itself; the user did not.
         warnings.simplefilter("ignore", DeprecationWarning)
-        return tf_lossscale.experimental.LossScaleOptimizer(
+        return legacy_optimizer.ExperimentalLossScaleOptimizer(
             optimizer, policy.loss_scale)
 
 

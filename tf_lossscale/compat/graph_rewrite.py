@@ -22,6 +22,7 @@ import tensorflow as tf
 
 import tf_lossscale
 from tf_lossscale import _tf_private
+from tf_lossscale.compat import legacy_optimizer
 
 __all__ = ["disable_mixed_precision_graph_rewrite",
            "enable_mixed_precision_graph_rewrite", "wrap_optimizer"]
@@ -78,7 +79,7 @@ def wrap_optimizer(opt: Any, loss_scale: Any = "dynamic") -> Any:
     with warnings.catch_warnings():
         # TF chose the deprecated class itself; the user did not.
         warnings.simplefilter("ignore", DeprecationWarning)
-        return tf_lossscale.experimental.LossScaleOptimizer(opt, loss_scale)
+        return legacy_optimizer.ExperimentalLossScaleOptimizer(opt, loss_scale)
 
 
 def enable_mixed_precision_graph_rewrite(opt: Any,
@@ -91,7 +92,8 @@ def enable_mixed_precision_graph_rewrite(opt: Any,
       loss_scale: "dynamic", a number >= 1 or a `LossScale`.
 
     Returns:
-      The wrapped optimizer: `tf_lossscale.experimental.LossScaleOptimizer`
+      The wrapped optimizer: the experimental `LossScaleOptimizer` (TF
+      2.1-2.3's class, `legacy_optimizer.ExperimentalLossScaleOptimizer`)
       for a Keras optimizer, `tf_lossscale.MixedPrecisionLossScaleOptimizer`
       for a TF1 one.
 

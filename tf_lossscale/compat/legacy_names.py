@@ -92,7 +92,7 @@ LEGACY_NAMES: Dict[str, LegacyName] = {
     # TF 2.1-2.3: `loss_scale=` becomes dynamic/initial_scale/
     # dynamic_growth_steps.
     f"{_KERAS_EXPERIMENTAL}.LossScaleOptimizer": LegacyName(
-        "tf_lossscale.experimental.LossScaleOptimizer",
+        "tf_lossscale.compat.legacy_optimizer.ExperimentalLossScaleOptimizer",
         "tf_lossscale.LossScaleOptimizer"),
     # TF 2.4-2.15: Keras 3's class of that name lacks get_scaled_loss,
     # get_unscaled_gradients, minimize and dynamic=False, and takes

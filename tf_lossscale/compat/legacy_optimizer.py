@@ -8,6 +8,12 @@ with `compile` under a `mixed_float16` policy and a custom `train_step`
 that applies `tape.gradient(loss)` trains as it did; Keras 3's `fit` calls
 `scale_loss`, which marks its gradients as scaled, so `fit` is unchanged.
 `tf_lossscale.LossScaleOptimizer` used directly keeps Keras 3's rule.
+
+`ExperimentalLossScaleOptimizer` is what the shim binds TF 2.1-2.3's
+`tf.keras.mixed_precision.experimental.LossScaleOptimizer` to: the
+deprecated class, and (as TF 2.4-2.15's experimental class subclassed the
+current one) an instance of `LossScaleOptimizer` above, so legacy
+`isinstance(opt, mixed_precision.LossScaleOptimizer)` checks hold for both.
 """
 
 from __future__ import annotations
@@ -16,10 +22,15 @@ from typing import ClassVar
 
 import tf_lossscale
 
-__all__ = ["LossScaleOptimizer"]
+__all__ = ["ExperimentalLossScaleOptimizer", "LossScaleOptimizer"]
 
 
 class LossScaleOptimizer(tf_lossscale.LossScaleOptimizer):
     """TF 2.4-2.15's class: unmarked gradients are applied as given."""
 
     _UNMARKED_GRADIENTS_ARE_SCALED: ClassVar[bool] = False
+
+
+class ExperimentalLossScaleOptimizer(tf_lossscale.experimental.LossScaleOptimizer,
+                                     LossScaleOptimizer):
+    """TF 2.1-2.3's class under the shim (`(optimizer, loss_scale)`)."""
