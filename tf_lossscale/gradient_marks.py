@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -25,15 +25,20 @@ class _Place:
         self.unscaled_inputs: Optional[List[Any]] = None
         self.unscaled_outputs: List[Any] = []
         self.verdict: Optional[tf.Tensor] = None
+        # The loss and the scaled loss, if a scaling method saw them.
+        self.loss: Optional[Tuple[Any, Any]] = None
 
 
 class Taken(NamedTuple):
     """What `GradientMarks.take` found: whether the gradients are scaled
     (None: no mark, the flavour decides), and the verdict that
-    `get_unscaled_gradients` computed if the gradients are its outputs."""
+    `get_unscaled_gradients` computed if the gradients are its outputs,
+    and the (loss, scaled loss) that `get_scaled_loss` / `scale_loss`
+    last saw here (for the skip record: whether the loss was finite)."""
 
     scaled: Optional[bool]
     verdict: Optional[tf.Tensor] = None
+    loss: Optional[Tuple[Any, Any]] = None
 
 
 class GradientMarks:
@@ -73,10 +78,14 @@ class GradientMarks:
     def _here(self) -> _Place:
         return self._places().setdefault(threading.get_ident(), _Place())
 
-    def scaled_loss(self) -> None:
-        """Records that the loss was scaled here."""
+    def scaled_loss(self, loss: Any = None, scaled: Any = None) -> None:
+        """Records that the loss was scaled here (and the two values, which
+        only a skipped step's record reads)."""
         with self._lock:
-            self._here().scaled_loss = True
+            place = self._here()
+            place.scaled_loss = True
+            if loss is not None:
+                place.loss = (loss, scaled)
 
     def unscaled(self, inputs: Sequence[Any], outputs: Sequence[Any],
                  verdict: Optional[tf.Tensor]) -> None:
@@ -100,13 +109,13 @@ class GradientMarks:
             return Taken(None)
         present = [g for g in grads if g is not None]
         if place.unscaled_inputs is None:
-            return Taken(True if place.scaled_loss else None)
+            return Taken(True if place.scaled_loss else None, loss=place.loss)
         if present and all(_among(g, place.unscaled_inputs) for g in present):
-            return Taken(True)  # It only looked at them.
+            return Taken(True, loss=place.loss)  # It only looked at them.
         reused = place.verdict is not None and len(present) == len(
             place.unscaled_outputs) and all(
             g is x for g, x in zip(present, place.unscaled_outputs))
-        return Taken(False, place.verdict if reused else None)
+        return Taken(False, place.verdict if reused else None, place.loss)
 
 
 def _among(tensor: Any, tensors: List[Any]) -> bool:

@@ -206,11 +206,8 @@ class LossScaleMonitor(keras.callbacks.Callback):
             self._say(
                 f"steps {record.first_step}-{record.step}: "
                 f"{record.streak} skipped in a row, the last at min_scale "
-                f"({skip_record.scale_text(record.scale)}): this looks "
-                f"like a real NaN/Inf, not float16 overflow (bad input "
-                f"data, a log or division of zero, a diverging learning "
-                f"rate); last: {record.count} of {record.total} gradients "
-                f"non-finite ({record.kind}): {', '.join(record.names)}")
+                f"({skip_record.scale_text(record.scale)}): "
+                f"{record.verdict_at_floor()}; last: {record.summary()}")
 
     def _say(self, line: str) -> None:
         self.lines.append(line)

@@ -347,8 +347,9 @@ class LossScaleOptimizer(SkipReporting, OptimizerConfig):
             return scaled_loss
         check_loss(loss)
         loss = tf.convert_to_tensor(loss)
-        self._marks.scaled_loss()
-        return loss * tf.cast(self._current_scale(), loss.dtype)
+        scaled = loss * tf.cast(self._current_scale(), loss.dtype)
+        self._marks.scaled_loss(loss, scaled)
+        return scaled
 
     @tf.autograph.experimental.do_not_convert
     def get_unscaled_gradients(self, grads: Sequence[Any]) -> List[Any]:
@@ -369,6 +370,7 @@ class LossScaleOptimizer(SkipReporting, OptimizerConfig):
         """Whether `apply_gradients` gets unscaled `grads`, and their verdict
         if `get_unscaled_gradients` computed it (forgets the marks)."""
         taken = self._marks.take(grads)
+        self._note_loss(taken.loss)
         scaled = taken.scaled
         if scaled is None:
             scaled = self._unmarked_gradients_are_scaled()
