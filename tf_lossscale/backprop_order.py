@@ -62,7 +62,8 @@ def _values(grad: Any) -> Any:
 def ranks(grads: Sequence[Any]) -> Optional[List[int]]:
     """Per present (not None) gradient, its place in backpropagation order
     (0: the first the tape made, nearest the loss); None when it cannot be
-    known (eager tensors, gradients of different graphs)."""
+    known (eager tensors, gradients of different graphs, or none made by a
+    gradient tape in this graph: the step's inputs, constants)."""
     present = [_values(g) for g in grads if g is not None]
     if not present or tf.executing_eagerly() or any(
             not isinstance(g, tf.Tensor) or not hasattr(g, "graph")
@@ -73,10 +74,11 @@ def ranks(grads: Sequence[Any]) -> Optional[List[int]]:
         return None
     graph = next(iter(graphs.values()))
     numbers = {op: i for i, op in enumerate(graph.get_operations())}
-    positions = []
-    for grad in present:
-        found = _position(grad, numbers, _DEPTH)
-        positions.append(numbers.get(grad.op, 0) if found is None else found)
+    found = [_position(grad, numbers, _DEPTH) for grad in present]
+    if all(p is None for p in found):
+        return None  # No tape made them (a step's inputs, constants).
+    positions = [numbers.get(g.op, 0) if p is None else p
+                 for g, p in zip(present, found)]
     # Ties (one op making two gradients) keep variable order.
     by_place = sorted(range(len(present)),
                       key=lambda i: (positions[i], i))

@@ -186,7 +186,8 @@ class SkipRecord:
         the farthest one's, or their names."""
         if self.order != "backprop":
             more = ", ..." if self.count > len(self.names) else ""
-            return (f" ({self.kind}), in variable order: "
+            order = ", in variable order" if self.count > 1 else ""
+            return (f" ({self.kind}){order}: "
                     f"{', '.join(self.names)}{more}")
         if self.count == 1 and self.names:
             return f": {self.names[0]}"
@@ -310,10 +311,12 @@ def make_variables() -> RecordVariables:
 
 
 def _kinds(grads: Sequence[Any]) -> tf.Tensor:
-    """Per present gradient: 0 finite, 1 has a NaN, 2 has an Inf (no NaN).
+    """Per present gradient: 0 finite, 1 has a NaN, 2 has an Inf (no NaN),
+    3 has both.
 
     Under XLA the step's check found them already (`finite.kinds_of`): one
-    small tensor, instead of reading every gradient again here.
+    small tensor, instead of reading every gradient again here; it tells
+    no 3 from 1 (a gradient with both counts as NaN).
     """
     known = finite.kinds_of([dense_values(g) for g in grads])
     if known is not None:
@@ -323,28 +326,14 @@ def _kinds(grads: Sequence[Any]) -> tf.Tensor:
     # Four ops a gradient (each costs tracing time in every step function):
     # the reduction axes are shared by rank.
     axes: Dict[int, tf.Tensor] = {}
-    nans, finite_ones = [], []
+    nans, infs = [], []
     for grad in grads:
         values = dense_values(grad)
         axis = all_axes(values, axes)
         nans.append(tf.reduce_any(tf.math.is_nan(values), axis))
-        finite_ones.append(tf.reduce_all(tf.math.is_finite(values), axis))
-    return tf.where(tf.stack(nans), _NAN,
-                    tf.where(tf.stack(finite_ones), 0, _INF))
-
-
-def _with_both(kinds: tf.Tensor, grads: Sequence[Any]) -> tf.Tensor:
-    """`kinds`, with 3 where a gradient with a NaN holds an Inf too."""
-    if not grads:
-        return kinds
-    axes: Dict[int, tf.Tensor] = {}
-    infs = []
-    for grad in grads:
-        values = dense_values(grad)
-        infs.append(tf.reduce_any(tf.math.is_inf(values),
-                                  all_axes(values, axes)))
-    return tf.where(tf.logical_and(tf.equal(kinds, _NAN), tf.stack(infs)),
-                    _BOTH, kinds)
+        infs.append(tf.reduce_any(tf.math.is_inf(values), axis))
+    nan, inf = tf.stack(nans), tf.stack(infs)
+    return tf.where(nan, tf.where(inf, _BOTH, _NAN), tf.where(inf, _INF, 0))
 
 
 def loss_code(loss: Optional[Tuple[Any, Any]]) -> tf.Tensor:
@@ -374,7 +363,7 @@ def _local_summary(grads: Sequence[Any], ranks: Optional[Sequence[int]],
     None: variable order); `farthest` has the highest rank.
     """
     present = [g for g in grads if g is not None]
-    kinds = _with_both(_kinds(present), present)
+    kinds = _kinds(present)
     n = int(kinds.shape[0])
     bad = kinds > 0
     rank = tf.range(n) if ranks is None else tf.constant(list(ranks),
