@@ -1,0 +1,123 @@
+"""The skip record on faults nothing planted (Keras 3; tf_keras:
+`tf_keras_cases/cases_natural_faults.py`), with and without XLA.
+
+Each names where the non-finite values entered (the layer nearest the
+loss, in backpropagation order), the pass (the loss finite or not) and the
+kind; the models are in `_natural_faults.py`.
+"""
+
+from __future__ import annotations
+
+import _natural_faults as nf
+import keras
+import pytest
+import tensorflow as tf
+
+import tf_lossscale
+
+JIT = pytest.mark.parametrize("jit_compile", [False, True],
+                              ids=["graph", "jit_compile"])
+
+
+def _fit(model, x, y, scale, jit_compile, loss="mse"):
+    return nf.fit(keras, tf_lossscale.LossScaleMonitor,
+                  tf_lossscale.LossScaleOptimizer, model, x, y,
+                  initial_scale=scale, jit_compile=jit_compile, loss=loss)
+
+
+@JIT
+def test_a_deep_mlp_at_a_huge_scale_names_l11_backward_inf(jit_compile):
+    opt, monitor = _fit(nf.deep_mlp(keras), *nf.data(), 2.0**30,
+                        jit_compile)
+    record = opt.last_skip
+    assert (nf.last_part(record.source), record.origin, record.source_kind,
+            record.loss) == ("l11", "backward", "Inf", "finite")
+    assert (record.count, record.total, record.order) == (24, 26, "backprop")
+    assert nf.last_part(record.farthest) in ("l0/kernel", "kernel")
+    assert record.farthest.endswith("l0/kernel")
+    # Nearest the loss first: l11's two, then l10's.
+    assert [n.rsplit("/", 2)[-2] for n in record.names] == [
+        "l11", "l11", "l10", "l10", "l9", "l9", "l8", "l8"]
+    assert monitor.lines[0] == (
+        "step 0 skipped on replica 0: Inf entered at l11 in the backward "
+        "pass (the loss was finite); 24 of 26 gradients non-finite, "
+        "l11 .. l0; scale 2^30 -> 2^29")
+
+
+@JIT
+def test_a_residual_model_names_the_branch_layer_that_overflowed(
+        jit_compile):
+    opt, monitor = _fit(nf.residual(keras), *nf.data(), 2.0**10,
+                        jit_compile)
+    record = opt.last_skip
+    assert (record.names, record.kinds, record.origin, record.total) == (
+        ("a2/kernel",), ("Inf",), "backward", 10)
+    assert monitor.lines[0] == (
+        "step 0 skipped on replica 0: Inf entered at a2 in the backward "
+        "pass (the loss was finite); 1 of 10 gradients non-finite: "
+        "a2/kernel; scale 2^10 -> 2^9")
+
+
+@JIT
+def test_attention_logits_overflowing_float16_name_the_forward_pass(
+        jit_compile):
+    x, y = nf.data()
+    opt, monitor = _fit(nf.attention(keras), x.reshape(-1, 4, 2), y,
+                        2.0**10, jit_compile)
+    record = opt.last_skip
+    assert (record.loss, record.origin, record.source_kind) == (
+        "NaN", "forward", "NaN")
+    assert (record.count, record.total, nf.last_part(record.source)) == (
+        10, 10, "out")
+    assert monitor.lines[0] == (
+        "step 0 skipped on replica 0: the loss was NaN: the forward pass "
+        "made it (an activation, the loss function or the input batch); "
+        "10 of 10 gradients non-finite, out .. key; scale 2^10 -> 2^9")
+
+
+@JIT
+def test_a_log_of_zero_in_the_loss_names_the_forward_pass_and_inf(
+        jit_compile):
+    opt, monitor = _fit(nf.small_mlp(keras, zero_output=True), *nf.data(),
+                        2.0**10, jit_compile, loss=nf.log_loss)
+    record = opt.last_skip
+    # Every step: the output stays 0 (a skipped step changes nothing).
+    assert (record.loss, record.origin, record.first_step, record.streak
+            ) == ("Inf", "forward", 0, 2)
+    assert monitor.lines[0].startswith(
+        "step 0 skipped on replica 0: the loss was Inf: the forward pass "
+        "made it")
+
+
+@JIT
+def test_a_nan_in_the_input_batch_names_the_forward_pass(jit_compile):
+    opt, monitor = _fit(nf.small_mlp(keras), *nf.data(nan_row=20),
+                        2.0**10, jit_compile)
+    record = opt.last_skip
+    # Row 20 is in the second batch: step 1, and only it.
+    assert (record.step, record.streak, record.loss, record.origin) == (
+        1, 1, "NaN", "forward")
+    assert (nf.last_part(record.source), record.source_kind) == ("out", "NaN")
+    assert int(opt.skipped_steps) == 1
+    assert monitor.lines[0].startswith(
+        "step 1 skipped on replica 0: the loss was NaN: the forward pass "
+        "made it (an activation, the loss function or the input batch); ")
+
+
+def test_an_eager_loop_says_its_list_is_in_variable_order():
+    model = nf.small_mlp(keras)
+    opt = tf_lossscale.LossScaleOptimizer(keras.optimizers.SGD(1e-3))
+    x, y = nf.data(nan_row=0)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean((model(x[:nf.BATCH]) - y[:nf.BATCH]) ** 2)
+        scaled = opt.scale_loss(loss)
+    grads = tape.gradient(scaled, model.trainable_variables)
+    opt.apply(grads, model.trainable_variables)
+    record = opt.last_skip
+    assert (record.order, record.source, record.loss, record.origin) == (
+        "variable", None, "NaN", "forward")
+    assert str(record) == (
+        "step 0 skipped on replica 0: 6 of 6 gradients non-finite (NaN), in "
+        "variable order: l0/kernel, l0/bias, l1/kernel, l1/bias, out/kernel,"
+        " out/bias; the loss was NaN: the forward pass made it (an "
+        "activation, the loss function or the input batch); scale 2^15")
