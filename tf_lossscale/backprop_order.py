@@ -13,8 +13,10 @@ tape made it (its name is under `gradient_tape/`, or `gradients/` for
 `tf.gradients`); through an `AddN` (the tape summing the contributions of
 a variable used in several places: a shared layer, a tied embedding), the
 earliest contribution, where the gradient first reached the variable;
-through any other op (an unscaling division, a cast, an identity, a
-clip), its first input, up to `_DEPTH` ops back. Eagerly there is no graph
+through `IdentityN`, the matching input; through a split of a
+concatenation (tf_keras unscales all gradients as one vector), the
+matching piece; through any other op (an unscaling division, a cast, an
+identity, a clip), its first floating input; up to `_DEPTH` ops back. Eagerly there is no graph
 to read: `ranks` returns None and the record keeps variable order.
 """
 
@@ -27,7 +29,7 @@ import tensorflow as tf
 __all__ = ["layer_of", "ranks"]
 
 # How many non-tape ops back a gradient is followed.
-_DEPTH = 6
+_DEPTH = 10
 
 
 def _made_by_tape(op: Any) -> bool:
@@ -36,9 +38,14 @@ def _made_by_tape(op: Any) -> bool:
             or "/gradients/" in name)
 
 
-def _position(tensor: Any, numbers: Dict[Any, int], depth: int
-              ) -> Optional[int]:
-    """The creation number of the op that made `tensor` a gradient."""
+def _position(tensor: Any, numbers: Dict[Any, int], depth: int,
+              slot: Optional[int] = None) -> Optional[int]:
+    """The creation number of the op that made `tensor` a gradient.
+
+    `slot`: which piece of a concatenation `tensor` is, when it was split
+    from one (tf_keras unscales its gradients as one concatenated vector:
+    ConcatV2, a division, SplitV, then IdentityN).
+    """
     op = tensor.op
     if op.type == "AddN":
         known = [p for p in (_position(x, numbers, depth) for x in op.inputs)
@@ -46,12 +53,22 @@ def _position(tensor: Any, numbers: Dict[Any, int], depth: int
         return min(known) if known else numbers.get(op)
     if _made_by_tape(op):
         return numbers.get(op)
-    if depth > 0:
-        for x in op.inputs:
-            if x.dtype.is_floating:
-                through = _position(x, numbers, depth - 1)
-                if through is not None:
-                    return through
+    if depth <= 0:
+        return None
+    inputs = list(op.inputs)
+    if op.type == "IdentityN":
+        return _position(inputs[tensor.value_index], numbers, depth - 1,
+                         slot)
+    if op.type in ("Split", "SplitV"):
+        value = inputs[1] if op.type == "Split" else inputs[0]
+        return _position(value, numbers, depth - 1, tensor.value_index)
+    if op.type == "ConcatV2" and slot is not None and slot < len(inputs) - 1:
+        return _position(inputs[slot], numbers, depth - 1)
+    for x in inputs:
+        if x.dtype.is_floating:
+            through = _position(x, numbers, depth - 1, slot)
+            if through is not None:
+                return through
     return None
 
 
