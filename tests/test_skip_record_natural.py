@@ -50,8 +50,15 @@ def test_a_residual_model_names_the_branch_layer_that_overflowed(
     opt, monitor = _fit(nf.residual(keras), *nf.data(), 2.0**10,
                         jit_compile)
     record = opt.last_skip
-    assert (record.names, record.kinds, record.origin, record.total) == (
-        ("a2/kernel",), ("Inf",), "backward", 10)
+    # Branch a's layers only, never b1 or out; the trunk below the add may
+    # follow. (TF 2.16's XLA keeps a2's kernel gradient finite and the
+    # overflow enters at a1, through the x1000.)
+    assert (nf.last_part(record.source) in ("a1", "a2"), record.source_kind,
+            record.origin, record.total) == (True, "Inf", "backward", 10)
+    assert not [n for n in record.names if n.startswith(("b1/", "out/"))]
+    if jit_compile:
+        return
+    assert (record.names, record.kinds) == (("a2/kernel",), ("Inf",))
     assert monitor.lines[0] == (
         "step 0 skipped on replica 0: Inf entered at a2 in the backward "
         "pass (the loss was finite); 1 of 10 gradients non-finite: "
