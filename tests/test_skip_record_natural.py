@@ -128,3 +128,32 @@ def test_an_eager_loop_says_its_list_is_in_variable_order():
         "variable order: l0/kernel, l0/bias, l1/kernel, l1/bias, out/kernel,"
         " out/bias; the loss was NaN: the forward pass made it (an "
         "activation, the loss function or the input batch); scale 2^15")
+
+
+@pytest.mark.parametrize("nan_replica", [0, 1])
+def test_a_nan_batch_on_one_replica_names_it_and_the_forward_pass(
+        mirrored_strategy, nan_replica):
+    """Each replica's loss is its own: the record says the NaN replica's
+    loss was NaN (the other's was finite)."""
+    with mirrored_strategy.scope():
+        model = nf.small_mlp(keras)
+        opt = tf_lossscale.LossScaleOptimizer(keras.optimizers.SGD(1e-3))
+        opt.build(model.trainable_variables)
+    x, y = nf.data()
+
+    def replica_step(x, y):
+        replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+        x = tf.where(tf.equal(replica, nan_replica),
+                     x * float("nan"), x)
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean((model(x) - y) ** 2)
+            scaled = opt.scale_loss(loss)
+        grads = tape.gradient(scaled, model.trainable_variables)
+        opt.apply(grads, model.trainable_variables)
+
+    tf.function(lambda x, y: mirrored_strategy.run(replica_step, (x, y)))(
+        tf.constant(x[:nf.BATCH]), tf.constant(y[:nf.BATCH]))
+    record = opt.last_skip
+    assert (record.replica, record.replicas, record.loss, record.origin) == (
+        nan_replica, 1, "NaN", "forward")
+    assert (nf.last_part(record.source), record.count) == ("out", 6)

@@ -199,7 +199,10 @@ class SkipRecord:
         return f", {near} .. {far}"
 
     def describe(self) -> str:
-        """`step 12 skipped: 2 of 40 gradients non-finite (Inf): a, b; scale 2^14`."""
+        """`step 0 skipped on replica 0: Inf entered at l11 in the backward
+        pass (the loss was finite); 24 of 26 gradients non-finite, l11 ..
+        l0; scale 2^30` (eagerly: `... 2 of 40 gradients non-finite (Inf),
+        in variable order: a, b; scale 2^14`)."""
         if self.total == 0:  # Restored (`save_telemetry`): only the run.
             return (f"step {self.step} skipped, the last of {self.streak} "
                     f"in a row from step {self.first_step} (restored from a "

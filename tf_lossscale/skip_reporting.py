@@ -89,9 +89,9 @@ class SkipReporting:
     def last_skip(self) -> Optional[skip_record.SkipRecord]:
         """The last skipped step: which gradients, when, where; or None.
 
-        A frozen `SkipRecord`; `str()` of it reads
-        `step 12 skipped: 2 of 40 gradients non-finite (Inf): dense/kernel,
-        dense/bias; scale 2^15`. Works after an eager step and after a
+        A frozen `SkipRecord`; `str()` of it reads `step 12 skipped on
+        replica 0: Inf entered at dense in the backward pass (the loss was
+        finite); 2 of 40 gradients non-finite in dense; scale 2^15`. Works after an eager step and after a
         `tf.function` step alike (one host read of a few scalars). Not
         saved in checkpoints.
         """
