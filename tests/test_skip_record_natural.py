@@ -157,3 +157,27 @@ def test_a_nan_batch_on_one_replica_names_it_and_the_forward_pass(
     assert (record.replica, record.replicas, record.loss, record.origin) == (
         nan_replica, 1, "NaN", "forward")
     assert (nf.last_part(record.source), record.count) == ("out", 6)
+
+
+@JIT
+def test_the_documented_flow_in_a_tf_function_names_l11(jit_compile):
+    """get_scaled_loss / get_unscaled_gradients / apply_gradients: the
+    order is read through the unscaling division."""
+    model = nf.deep_mlp(keras)
+    opt = tf_lossscale.LossScaleOptimizer(keras.optimizers.SGD(1e-3),
+                                          initial_scale=2.0**30)
+    x, y = nf.data()
+
+    @tf.function(jit_compile=jit_compile)
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean((model(x) - y) ** 2)
+            scaled = opt.get_scaled_loss(loss)
+        grads = opt.get_unscaled_gradients(
+            tape.gradient(scaled, model.trainable_variables))
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+
+    step(tf.constant(x[:nf.BATCH]), tf.constant(y[:nf.BATCH]))
+    record = opt.last_skip
+    assert (nf.last_part(record.source), record.source_kind, record.origin,
+            record.count, record.total) == ("l11", "Inf", "backward", 24, 26)
