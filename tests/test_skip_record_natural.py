@@ -53,11 +53,15 @@ def test_a_residual_model_names_the_branch_layer_that_overflowed(
     # Branch a's layers only, never b1 or out; the trunk below the add may
     # follow. (TF 2.16's XLA keeps a2's kernel gradient finite and the
     # overflow enters at a1, through the x1000.)
-    assert (nf.last_part(record.source) in ("a1", "a2"), record.source_kind,
-            record.origin, record.total) == (True, "Inf", "backward", 10)
+    assert (nf.last_part(record.source) in ("a1", "a2"), record.origin,
+            record.total) == (True, "backward", 10)
     assert not [n for n in record.names if n.startswith(("b1/", "out/"))]
     if jit_compile:
+        # XLA's check tells no "NaN and Inf" from "NaN": a1's Inf - Inf
+        # reads NaN there (TF 2.16).
+        assert record.source_kind in ("Inf", "NaN")
         return
+    assert record.source_kind == "Inf"
     assert (record.names, record.kinds) == (("a2/kernel",), ("Inf",))
     assert monitor.lines[0] == (
         "step 0 skipped on replica 0: Inf entered at a2 in the backward "
