@@ -38,29 +38,39 @@ def data(nan_row: Optional[int] = None, rows: int = 2 * BATCH
     return x, np.ones((rows, 1), "float32")
 
 
+def _glorot(keras: Any, seed: int) -> Any:
+    """A seeded initializer: the same weights, so the same faults, always."""
+    return keras.initializers.GlorotUniform(seed=seed)
+
+
 def deep_mlp(keras: Any) -> Any:
     inputs = keras.Input((FEATURES,))
     h = inputs
     for i in range(12):
         h = keras.layers.Dense(32, activation="relu", name=f"l{i}",
-                               dtype=HALF)(h)
-    out = keras.layers.Dense(1, name="out", dtype="float32")(h)
+                               dtype=HALF, kernel_initializer=_glorot(
+                                   keras, i))(h)
+    out = keras.layers.Dense(1, name="out", dtype="float32",
+                             kernel_initializer=_glorot(keras, 12))(h)
     return keras.Model(inputs, out, name="net")
 
 
 def residual(keras: Any) -> Any:
     inputs = keras.Input((FEATURES,))
     trunk = keras.layers.Dense(16, activation="relu", name="trunk",
-                               dtype=HALF)(inputs)
-    a = keras.layers.Dense(16, activation="relu", name="a1",
-                           dtype=HALF)(trunk)
+                               dtype=HALF,
+                               kernel_initializer=_glorot(keras, 1))(inputs)
+    a = keras.layers.Dense(16, activation="relu", name="a1", dtype=HALF,
+                           kernel_initializer=_glorot(keras, 2))(trunk)
     a = keras.layers.Rescaling(1000.0, name="amplify", dtype=HALF)(a)
     a = keras.layers.Dense(16, name="a2", dtype=HALF,
                            kernel_initializer=keras.initializers.RandomNormal(
                                stddev=1e-3, seed=1))(a)
-    b = keras.layers.Dense(16, name="b1", dtype=HALF)(trunk)
+    b = keras.layers.Dense(16, name="b1", dtype=HALF,
+                           kernel_initializer=_glorot(keras, 3))(trunk)
     merged = keras.layers.Add(name="add", dtype=HALF)([trunk, a, b])
-    out = keras.layers.Dense(1, name="out", dtype="float32")(merged)
+    out = keras.layers.Dense(1, name="out", dtype="float32",
+                             kernel_initializer=_glorot(keras, 4))(merged)
     return keras.Model(inputs, out, name="net")
 
 
@@ -72,13 +82,15 @@ def attention(keras: Any) -> Any:
                                kernel_initializer=big)(inputs)
     key = keras.layers.Dense(32, name="key", dtype=HALF,
                              kernel_initializer=big)(inputs)
-    value = keras.layers.Dense(32, name="value", dtype=HALF)(inputs)
+    value = keras.layers.Dense(32, name="value", dtype=HALF,
+                               kernel_initializer=_glorot(keras, 5))(inputs)
     mixed = keras.layers.Attention(name="attend", dtype=HALF)(
         [query, value, key])
-    ffn = keras.layers.Dense(32, activation="relu", name="ffn",
-                             dtype=HALF)(mixed)
+    ffn = keras.layers.Dense(32, activation="relu", name="ffn", dtype=HALF,
+                             kernel_initializer=_glorot(keras, 6))(mixed)
     pooled = keras.layers.Flatten(name="flat", dtype=HALF)(ffn)
-    out = keras.layers.Dense(1, name="out", dtype="float32")(pooled)
+    out = keras.layers.Dense(1, name="out", dtype="float32",
+                             kernel_initializer=_glorot(keras, 7))(pooled)
     return keras.Model(inputs, out, name="net")
 
 
@@ -86,12 +98,13 @@ def small_mlp(keras: Any, zero_output: bool = False) -> Any:
     """Two float16 layers and a float32 output (all zeros at first with
     `zero_output`, for the log of zero)."""
     inputs = keras.Input((FEATURES,))
-    h = keras.layers.Dense(16, activation="relu", name="l0", dtype=HALF)(
-        inputs)
-    h = keras.layers.Dense(16, activation="relu", name="l1", dtype=HALF)(h)
+    h = keras.layers.Dense(16, activation="relu", name="l0", dtype=HALF,
+                           kernel_initializer=_glorot(keras, 8))(inputs)
+    h = keras.layers.Dense(16, activation="relu", name="l1", dtype=HALF,
+                           kernel_initializer=_glorot(keras, 9))(h)
     out = keras.layers.Dense(
         1, name="out", dtype="float32",
-        kernel_initializer="zeros" if zero_output else "glorot_uniform")(h)
+        kernel_initializer="zeros" if zero_output else _glorot(keras, 10))(h)
     return keras.Model(inputs, out, name="net")
 
 

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import _natural_faults as nf
 import keras
+import numpy as np
 import pytest
 import tensorflow as tf
 
 import tf_lossscale
+from tf_lossscale import deep_look
 
 JIT = pytest.mark.parametrize("jit_compile", [False, True],
                               ids=["graph", "jit_compile"])
@@ -185,3 +187,47 @@ def test_the_documented_flow_in_a_tf_function_names_l11(jit_compile):
     record = opt.last_skip
     assert (nf.last_part(record.source), record.source_kind, record.origin,
             record.count, record.total) == ("l11", "Inf", "backward", 24, 26)
+
+
+def test_the_deep_look_names_the_op_and_pass_and_changes_nothing():
+    """After a skipped step: the first op that made an Inf (the float16
+    cast of l11's output gradient, backward) and, for the attention block,
+    the logits' matmul (forward); no variable, slot or count moves."""
+    model = nf.deep_mlp(keras)
+    opt = tf_lossscale.LossScaleOptimizer(keras.optimizers.SGD(1e-3),
+                                          initial_scale=2.0**30)
+    x, y = nf.data()
+    x, y = tf.constant(x[:nf.BATCH]), tf.constant(y[:nf.BATCH])
+
+    def loss_fn():
+        return tf.reduce_mean((model(x) - y) ** 2)
+
+    with tf.GradientTape() as tape:
+        scaled = opt.scale_loss(loss_fn())
+    opt.apply(tape.gradient(scaled, model.trainable_variables),
+              model.trainable_variables)
+    weights = [w.numpy() for w in model.weights]
+    state = (int(opt.iterations), float(opt.loss_scale),
+             int(opt.skipped_steps))
+    found = deep_look.first_nonfinite_op(
+        loss_fn, model.trainable_variables, opt.last_skip.scale)
+    assert (found.op_type, found.dtype, found.backward) == (
+        "Cast", "float16", True)
+    assert found.input.endswith("out/MatMul/MatMul") or (
+        "/out" in found.input), found
+    assert str(found).startswith("first NaN/Inf: Cast (float16) gradient_tape/")
+    assert (int(opt.iterations), float(opt.loss_scale),
+            int(opt.skipped_steps)) == state == (1, 2.0**29, 1)
+    for before, after in zip(weights, model.weights):
+        np.testing.assert_array_equal(before, after.numpy())
+    # At a scale that fits, nothing is non-finite.
+    assert deep_look.first_nonfinite_op(
+        loss_fn, model.trainable_variables, 1.0) is None
+
+    attention = nf.attention(keras)
+    found = deep_look.first_nonfinite_op(
+        lambda: tf.reduce_mean(attention(tf.reshape(x, [-1, 4, 2])) - y),
+        attention.trainable_variables, 2.0**10)
+    assert (found.op_type, found.backward, found.dtype) == (
+        "BatchMatMulV2", False, "float16")
+    assert "attend" in found.op, found
