@@ -231,3 +231,29 @@ def test_the_deep_look_names_the_op_and_pass_and_changes_nothing():
     assert (found.op_type, found.backward, found.dtype) == (
         "BatchMatMulV2", False, "float16")
     assert "attend" in found.op, found
+
+
+def test_a_nan_batch_that_persists_to_min_scale_stops_naming_the_forward_pass():
+    model = nf.small_mlp(keras)
+    opt = tf_lossscale.LossScaleOptimizer(
+        keras.optimizers.SGD(1e-3), initial_scale=4.0, min_scale=1.0,
+        max_consecutive_skips=3)
+    x, y = nf.data(nan_row=0)
+    x, y = tf.constant(x[:nf.BATCH]), tf.constant(y[:nf.BATCH])
+
+    def step():
+        with tf.GradientTape() as tape:
+            scaled = opt.scale_loss(tf.reduce_mean((model(x) - y) ** 2))
+        opt.apply(tape.gradient(scaled, model.trainable_variables),
+                  model.trainable_variables)
+
+    step()
+    step()
+    with pytest.raises(tf_lossscale.SkipStreakError) as caught:
+        step()
+    message = str(caught.value)
+    assert "steps 0 to 2" in message and "the scale is now 2^0" in message
+    assert message.endswith(
+        "It is at min_scale: the loss itself was NaN: a fault of the forward "
+        "pass (the input batch, an activation or the loss function), which "
+        "no loss scale fixes."), message

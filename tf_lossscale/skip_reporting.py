@@ -203,9 +203,7 @@ class SkipReporting:
             return
         scale = float(tf.convert_to_tensor(getattr(self, "loss_scale")))  # noqa: B009
         floor = float(getattr(self, "min_scale", 0.0))
-        at_floor = (" It is at min_scale: this is not float16 overflow but "
-                    "a NaN or Inf that no loss scale fixes (bad input data, "
-                    "a log or division of zero, a diverging learning rate)."
+        at_floor = (f" It is at min_scale: {record.verdict_at_floor()}."
                     if getattr(self, "dynamic", False)
                     and scale <= floor else "")
         raise skip_record.SkipStreakError(
