@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import _natural_faults as nf
 import pytest
+import tensorflow as tf
 import tf_keras
 
 import tf_lossscale
+from tf_lossscale import deep_look
 
 JIT = pytest.mark.parametrize("jit_compile", [False, True],
                               ids=["graph", "jit_compile"])
@@ -81,3 +83,14 @@ def test_a_nan_in_the_input_batch_names_the_forward_pass(jit_compile):
     assert (record.step, record.loss, record.origin) == (1, "NaN", "forward")
     assert nf.last_part(record.source) == "out"
     print(monitor.lines[0])
+
+
+def test_the_deep_look_names_the_attention_logits_forward():
+    x, y = nf.data()
+    model = nf.attention(tf_keras)
+    inputs = tf.constant(x[:nf.BATCH].reshape(-1, 4, 2))
+    found = deep_look.first_nonfinite_op(
+        lambda: tf.reduce_mean(model(inputs) - y[:nf.BATCH]),
+        model.trainable_variables, 2.0**10)
+    assert (found.backward, found.dtype) == (False, "float16")
+    assert "attend" in found.op, found
