@@ -77,12 +77,17 @@ def expected_lines(prefix: str) -> list:
     20 biases, the output layer's two). `prefix`: what a variable's path
     starts with (Keras 3: the model's name and a slash; tf_keras: none)."""
     return [
-        "step 2 skipped on replica 0: 1 of 42 gradients non-finite (Inf): "
-        f"{prefix}layer_7/kernel; scale 2^8 -> 2^7",
-        "step 5 skipped on replica 0: 1 of 42 gradients non-finite (NaN): "
-        f"{prefix}layer_13/kernel; scale 2^7 -> 2^6",
-        "steps 5-7: 3 skipped in a row, the last at min_scale (2^5): this "
-        "looks like a real NaN/Inf, not float16 overflow (bad input data, a "
-        "log or division of zero, a diverging learning rate); last: 1 of 42 "
-        f"gradients non-finite (NaN): {prefix}layer_13/kernel",
+        "step 2 skipped on replica 0: Inf entered at "
+        f"{prefix}layer_7 in the backward pass (the loss was finite); 1 of "
+        f"42 gradients non-finite: {prefix}layer_7/kernel; scale 2^8 -> 2^7",
+        "step 5 skipped on replica 0: NaN entered at "
+        f"{prefix}layer_13 in the backward pass (the loss was finite); 1 of "
+        f"42 gradients non-finite: {prefix}layer_13/kernel; scale 2^7 -> 2^6",
+        "steps 5-7: 3 skipped in a row, the last at min_scale (2^5): the "
+        "loss was finite and the gradients are still non-finite at the "
+        "smallest scale: not float16 overflow but a real NaN in the "
+        "backward pass (the gradient of a log, sqrt or division at zero, a "
+        "diverging learning rate); last: NaN entered at "
+        f"{prefix}layer_13 in the backward pass (the loss was finite); 1 of "
+        f"42 gradients non-finite: {prefix}layer_13/kernel",
     ]

@@ -53,9 +53,17 @@ def test_demo_prints_intro_progress_bar_summary_and_writes_csv_and_png(
     assert "skipped_steps" in lines[0]
     assert "2^24" in lines[1] and "every 10 good steps" in lines[1]
     assert "Extreme on purpose" in lines[1]
-    # Keras' progress bar, with the monitor's values in it.
+    # The progress bar, with the monitor's values in it: counts as
+    # integers, 80 columns, and (not a terminal here) one plain line per
+    # epoch, no escape code or carriage return.
     assert "Epoch 4/4" in printed and "15/15" in printed
-    assert re.search(r"loss_scale: \d+\.\d+ - skipped_steps: \d", printed)
+    bars = [line for line in lines if re.match(r"\d+/15  ", line)]
+    assert len(bars) == 4, lines
+    for line in bars:
+        assert re.fullmatch(r"15/15  loss: \d+\.\d{4}  loss_scale: 2\^\d+  "
+                            r"skipped_steps: \d+  skip_streak: \d+", line)
+        assert len(line) <= 80, line
+    assert "\x1b" not in printed and "\r" not in printed and "\b" not in printed
     # A short summary ends it, instead of the trajectory.
     bar_end = max(i for i, line in enumerate(lines) if "15/15" in line)
     tail = lines[bar_end + 1:]
@@ -64,9 +72,11 @@ def test_demo_prints_intro_progress_bar_summary_and_writes_csv_and_png(
     assert re.fullmatch(r"LossScaleMonitor named the non-finite gradients of "
                         r"each of \d+ runs of skipped steps .*the planted "
                         r"overflow:", tail[3]), tail[3]
-    assert re.fullmatch(r"  step \d+ skipped on replica 0: 1 of 6 gradients "
-                        r"non-finite \(Inf\): \S*hidden_2/kernel; scale "
-                        r"2\^\d+ -> 2\^\d+", tail[4]), tail[4]
+    assert re.fullmatch(r"  step \d+ skipped on replica 0: Inf entered at "
+                        r"\S*hidden_2 in the backward pass \(the loss was "
+                        r"finite\); 1 of 6 gradients non-finite: "
+                        r"\S*hidden_2/kernel; scale 2\^\d+ -> 2\^\d+",
+                        tail[4]), tail[4]
     final_loss = float(re.fullmatch(
         r"Final loss: (\d+\.\d+) \(mean of the last epoch; the first "
         r"epoch's was \d+\.\d+\)\.", tail[0]).group(1))
@@ -161,6 +171,13 @@ def test_minor_log_ticks_are_labelled_at_2_3_and_5_only():
     labels = [demo._sparse_number(v) for v in (0.02, 0.03, 0.04, 0.05, 0.07,
                                                0.2, 3.0)]
     assert labels == ["0.02", "0.03", "", "0.05", "", "0.2", "3"]
+
+
+def test_the_bar_line_fits_80_columns_with_integer_counts():
+    line = demo.bar_line(7, 1500, 0.5, 2.0**24, 123456, 0)
+    assert line == ("   7/1500  loss: 0.5000  loss_scale: 2^24  "
+                    "skipped_steps: 123456  skip_streak: 0")
+    assert len(line) <= 80
 
 
 def test_demo_rejects_a_non_positive_step_count(capsys):

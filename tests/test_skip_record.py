@@ -78,7 +78,11 @@ def test_last_skip_is_none_until_a_step_is_skipped_then_says_which():
     record = opt.last_skip
     assert isinstance(record, tf_lossscale.SkipRecord)
     assert str(record) == ("step 0 skipped on replica 0: 2 of 2 gradients "
-                           "non-finite (NaN and Inf): a, b; scale 2^15")
+                           "non-finite (NaN and Inf), in variable order: a, "
+                           "b; scale 2^15")
+    # Eagerly there is no backpropagation order, nor a loss seen.
+    assert (record.order, record.source, record.loss) == (
+        "variable", None, None)
     assert record.kinds == ("Inf", "NaN") and record.streak == 1
     assert record.first_step == 0
     np.testing.assert_array_equal(a.numpy(), np.ones(3))  # Skipped.
@@ -115,7 +119,11 @@ def test_it_names_the_first_eight_in_variable_order():
     assert record.names == tuple(f"v{i}" for i in range(1, 9))
     assert record.kinds == tuple("NaN" if i % 3 == 0 else "Inf"
                                  for i in range(1, 9))
-    assert str(record).endswith("v7, v8, ...; scale 2^15")
+    # The step's inputs, not a tape's gradients: no backpropagation order.
+    assert str(record).endswith(
+        "(NaN and Inf), in variable order: v1, v2, v3, v4, v5, v6, v7, v8, "
+        "...; scale 2^15")
+    assert (record.order, record.farthest) == ("variable", "v11")
 
 
 def test_max_consecutive_skips_stops_an_eager_loop_with_our_exception():
@@ -213,8 +221,8 @@ def test_the_finite_path_gains_no_op_per_variable():
     added = {n: _finite_path_ops(n, True) - _finite_path_ops(n, False)
              for n in (4, 8)}
     # Only the record's variables, captured once each as inputs of the
-    # cond: the same 10 whatever the number of variables, and no op runs.
-    assert added[4] == added[8] == collections.Counter({"Placeholder": 10})
+    # cond: the same 12 whatever the number of variables, and no op runs.
+    assert added[4] == added[8] == collections.Counter({"Placeholder": 12})
     assert not _finite_path_ops(4, False) - _finite_path_ops(4, True)
 
 

@@ -94,7 +94,9 @@ def test_the_eager_stop_carries_the_record():
     with pytest.raises(tf_lossscale.SkipStreakError,
                        match="non-finite gradients: w; scale 8192") as e:
         opt.apply_gradients([(tf.constant([NAN, INF]), w)])
-    assert (e.value.record.streak, e.value.record.kinds) == (2, ("NaN",))
+    # The gradient held a NaN and an Inf.
+    assert (e.value.record.streak, e.value.record.kinds) == (
+        2, ("NaN and Inf",))
     assert e.value.record == opt.last_skip
 
 
@@ -144,11 +146,11 @@ def test_the_finite_path_gains_no_op_per_variable(monkeypatch):
     # add, the scale read for the record, and the record's variables
     # captured by the cond.
     assert added[4] == added[8], added
-    # Seen on TF 2.21: 11 captured handles, one read, one add, 2 NoOps, a
-    # Const (16 ops; 76 without the record at 4 variables, 88 at 8).
+    # Seen on TF 2.21: 13 captured handles, one read, one add, 2 NoOps, a
+    # Const (18 ops; 76 without the record at 4 variables, 88 at 8).
     assert (added[4]["Placeholder"], added[4]["AssignAddVariableOp"]) == (
-        11, 1), added[4]
-    assert sum(added[4].values()) <= 16, added[4]
+        13, 1), added[4]
+    assert sum(added[4].values()) <= 18, added[4]
     assert not (_finite_path_ops(4, False, monkeypatch)
                 - _finite_path_ops(4, True, monkeypatch))
 

@@ -27,11 +27,12 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
+import sys
+from typing import IO, Any, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
-__all__ = ["CSV_COLUMNS", "Step", "plot", "run", "summary"]
+__all__ = ["CSV_COLUMNS", "Step", "bar_line", "plot", "run", "summary"]
 
 DEFAULT_STEPS = 240
 BATCH_SIZE = 64
@@ -60,6 +61,50 @@ def _power(scale: float) -> str:
     """2^k for a power of two, else the number."""
     exponent = math.log2(scale)
     return f"2^{exponent:g}" if exponent.is_integer() else f"{scale:g}"
+
+
+def bar_line(batch: int, batches: int, loss: float, scale: float,
+             skipped: int, streak: int) -> str:
+    """The demo's progress line: integers as integers, under 80 columns.
+
+    `15/15  loss: 0.1454  loss_scale: 2^17  skipped_steps: 9  skip_streak:
+    0` (Keras' own bar prints every value as a float, e.g.
+    `0.0000e+00`, and runs to 200 columns with these four keys).
+    """
+    width = len(str(batches))
+    return (f"{batch:>{width}}/{batches}  loss: {loss:.4f}  loss_scale: "
+            f"{_power(scale)}  skipped_steps: {skipped}  skip_streak: "
+            f"{streak}")
+
+
+def _bar(keras: Any, epochs: int, stream: IO[str]) -> Any:
+    """A Keras callback that prints `bar_line` for the demo's `fit`.
+
+    On a terminal it redraws the line after every batch (a carriage return,
+    no escape code); otherwise it writes one line per epoch, so a log file
+    holds no control characters. Listed after the monitor (its keys)."""
+
+    class Bar(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            stream.write(f"Epoch {epoch + 1}/{epochs}\n")
+            self.line = ""
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            logs = logs or {}
+            self.line = bar_line(
+                batch + 1, int(self.params.get("steps") or batch + 1),
+                float(logs["loss"]), float(logs["loss_scale"]),
+                int(logs["skipped_steps"]), int(logs["skip_streak"]))
+            if stream.isatty():
+                stream.write("\r" + self.line)
+                stream.flush()
+
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            stream.write(("\r" if stream.isatty() else "") + self.line
+                         + "\n")
+            stream.flush()
+
+    return Bar()
 
 
 def _intro() -> str:
@@ -191,8 +236,8 @@ def _train(steps: int, epochs: int
                   callbacks=[Planter(),
                              tf_lossscale.LossScaleMonitor(
                                  print_fn=monitor_lines.append),
-                             Recorder()],
-                  verbose=1)
+                             Recorder(), _bar(keras, epochs, sys.stdout)],
+                  verbose=0)
     finally:
         keras.mixed_precision.set_global_policy(previous_policy)
     if int(opt.iterations) != len(history):
@@ -206,8 +251,8 @@ def _monitor_summary(lines: Sequence[str]) -> str:
     """What LossScaleMonitor said: how often, and its line for the plant."""
     # The planted step's line names that one gradient alone.
     planted = [line for line in lines
-               if "1 of 6 gradients non-finite (Inf): " in line
-               and line.split("): ")[1].split(";")[0].endswith(
+               if "1 of 6 gradients non-finite: " in line
+               and line.split("non-finite: ")[1].split(";")[0].endswith(
                    f"{PLANTED_LAYER}/kernel")]
     said = (f"LossScaleMonitor named the non-finite gradients of each of "
             f"{len(lines)} runs of skipped steps (opt.last_skip has the "

@@ -31,6 +31,8 @@ class _Place:
         self.verdict: Optional[tf.Tensor] = None
         # id(quotient) -> (quotient, the scaled gradient, the scale).
         self.quotients: Dict[int, Tuple[Any, Any, Any]] = {}
+        # The loss and the scaled loss, if a scaling method saw them.
+        self.loss: Optional[Tuple[Any, Any]] = None
 
 
 # An identity changes no value: tf_keras sums the gradients of one replica
@@ -41,12 +43,15 @@ _IDENTITIES = ("Identity", "IdentityN")
 class Taken(NamedTuple):
     """What `GradientMarks.take` found: whether the gradients are scaled
     (None: no mark, the flavour decides), the verdict that
-    `get_unscaled_gradients` computed if the gradients are its outputs, and
-    what it divided (see `undivided`)."""
+    `get_unscaled_gradients` computed if the gradients are its outputs,
+    what it divided (see `undivided`), and the (loss, scaled loss) that
+    `get_scaled_loss` / `scale_loss` last saw here (for the skip record:
+    whether the loss was finite)."""
 
     scaled: Optional[bool]
     verdict: Optional[tf.Tensor] = None
     quotients: Optional[Dict[int, Tuple[Any, Any, Any]]] = None
+    loss: Optional[Tuple[Any, Any]] = None
 
     def undivided(self, grads: Sequence[Any]
                   ) -> Optional[Tuple[List[Any], Any]]:
@@ -122,10 +127,14 @@ class GradientMarks:
     def _here(self) -> _Place:
         return self._places().setdefault(threading.get_ident(), _Place())
 
-    def scaled_loss(self) -> None:
-        """Records that the loss was scaled here."""
+    def scaled_loss(self, loss: Any = None, scaled: Any = None) -> None:
+        """Records that the loss was scaled here (and the two values, which
+        only a skipped step's record reads)."""
         with self._lock:
-            self._here().scaled_loss = True
+            place = self._here()
+            place.scaled_loss = True
+            if loss is not None:
+                place.loss = (loss, scaled)
 
     def unscaled(self, inputs: Sequence[Any], outputs: Sequence[Any],
                  verdict: Optional[tf.Tensor], scale: Any = None) -> None:
@@ -154,14 +163,14 @@ class GradientMarks:
             return Taken(None)
         present = [g for g in grads if g is not None]
         if place.unscaled_inputs is None:
-            return Taken(True if place.scaled_loss else None)
+            return Taken(True if place.scaled_loss else None, loss=place.loss)
         if present and all(_among(g, place.unscaled_inputs) for g in present):
-            return Taken(True)  # It only looked at them.
+            return Taken(True, loss=place.loss)  # It only looked at them.
         reused = place.verdict is not None and len(present) == len(
             place.unscaled_outputs) and all(
             g is x for g, x in zip(present, place.unscaled_outputs))
         return Taken(False, place.verdict if reused else None,
-                     place.quotients)
+                     place.quotients, place.loss)
 
 
 def _among(tensor: Any, tensors: List[Any]) -> bool:

@@ -172,12 +172,13 @@ class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
         `build` must not bake the initial scale into its graph.
         `get_scaled_loss` (TensorFlow's) keeps the loss's dtype always.
         """
-        self._marks.scaled_loss()
         scale = self._current_scale()
         dtype = tf.convert_to_tensor(loss).dtype
         if not self.built and dtype.is_floating:
             scale = tf.cast(scale, dtype)
-        return keras.ops.multiply(loss, scale)
+        scaled = keras.ops.multiply(loss, scale)
+        self._marks.scaled_loss(loss, scaled)
+        return scaled
 
     @tf.autograph.experimental.do_not_convert
     def check_finite(self, grads: Iterable[Any]) -> tf.Tensor:

@@ -21,10 +21,12 @@ gains no op and no host sync.
 It says why a step was skipped, quietly enough for a million-step run
 (`report=True`, the default): one line when a run of skipped steps
 begins, from the optimizer's `last_skip` (read only then), e.g.
-`step 1234 skipped on replica 0: 3 of 80 gradients non-finite (Inf):
-dense_7/kernel, dense_7/bias, ...; scale 2^14 -> 2^13`, and one more if the
-run goes on to reach `min_scale` (then it is likely a real NaN, not
-overflow). `skip_streak` (skipped steps in a row) and
+`step 0 skipped on replica 0: Inf entered at l11 in the backward pass (the
+loss was finite); 24 of 26 gradients non-finite, l11 .. l0; scale 2^30 ->
+2^29` (where the overflow entered, nearest the loss, and which pass), and
+one more if the run goes on to reach `min_scale`, saying what that means
+for the pass it came from (a NaN loss: the forward pass or the batch; a
+finite loss: a real NaN in the backward pass, not overflow). `skip_streak` (skipped steps in a row) and
 `nonfinite_gradients` (non-finite gradients of the batch's last skipped
 step, 0 if none was) go into `logs` too.
 
@@ -206,11 +208,8 @@ class LossScaleMonitor(keras.callbacks.Callback):
             self._say(
                 f"steps {record.first_step}-{record.step}: "
                 f"{record.streak} skipped in a row, the last at min_scale "
-                f"({skip_record.scale_text(record.scale)}): this looks "
-                f"like a real NaN/Inf, not float16 overflow (bad input "
-                f"data, a log or division of zero, a diverging learning "
-                f"rate); last: {record.count} of {record.total} gradients "
-                f"non-finite ({record.kind}): {', '.join(record.names)}")
+                f"({skip_record.scale_text(record.scale)}): "
+                f"{record.verdict_at_floor()}; last: {record.summary()}")
 
     def _say(self, line: str) -> None:
         self.lines.append(line)

@@ -393,8 +393,9 @@ class LossScaleOptimizer(SkipReporting, OptimizerConfig):
             return scaled_loss
         check_loss(loss)
         loss = tf.convert_to_tensor(loss)
-        self._marks.scaled_loss()
-        return loss * tf.cast(self._current_scale(), loss.dtype)
+        scaled = loss * tf.cast(self._current_scale(), loss.dtype)
+        self._marks.scaled_loss(loss, scaled)
+        return scaled
 
     @tf.autograph.experimental.do_not_convert
     def get_unscaled_gradients(self, grads: Sequence[Any]) -> List[Any]:
@@ -414,6 +415,7 @@ class LossScaleOptimizer(SkipReporting, OptimizerConfig):
         """What the marks say of the gradients `apply_gradients` got, with
         `scaled` decided by the flavour where no mark says (forgets them)."""
         taken = self._marks.take(grads)
+        self._note_loss(taken.loss)
         if taken.scaled is None:
             taken = taken._replace(
                 scaled=self._unmarked_gradients_are_scaled())

@@ -6,8 +6,15 @@ finite path gains no op per variable. Per skipped step it keeps, in a few
 small variables that are never in a checkpoint (like `skipped_steps`):
 
 - `count`: how many gradients were non-finite (on the replica named);
-- `indices` / `kinds`: the first `MAX_NAMED` of them in variable order,
-  each 1 (has a NaN) or 2 (has an Inf, no NaN);
+- `indices` / `kinds`: the first `MAX_NAMED` of them in backpropagation
+  order (`backprop_order`: the first is where non-finite values entered,
+  nearest the loss), or in variable order where that order is unknown
+  (eager), each 1 (has a NaN), 2 (has an Inf, no NaN) or 3 (both: the
+  mark of an overflow, Inf - Inf, where it entered); `farthest`: the
+  last non-finite one in that order (nearest the input);
+- `loss`: whether the step's loss was finite (0 not seen, 1 finite, 2
+  finite but the scaled loss not: the scale overflowed the loss's dtype,
+  3 NaN, 4 Inf), read from the loss `get_scaled_loss` / `scale_loss` saw;
 - `step`: `iterations` when the step ran, and `scale`: the loss scale the
   step used;
 - `replica`: the first replica (in replica-id order) that saw a non-finite
@@ -38,17 +45,26 @@ from typing import (
 
 import tensorflow as tf
 
-from tf_lossscale import finite
+from tf_lossscale import backprop_order, finite
 from tf_lossscale._numerics import all_axes, dense_values
 
 __all__ = [
     "MAX_NAMED", "RecordVariables", "SkipRecord", "SkipStreakError",
-    "make_variables", "read", "record_replicas", "recorder", "scale_text"]
+    "loss_code", "make_variables", "read", "record_replicas", "recorder",
+    "scale_text"]
 
 # How many non-finite gradients a record names.
 MAX_NAMED = 8
 # The kinds of the step's own check (`finite.Verdict.kinds`), which it uses too.
 _NAN, _INF = finite.KIND_NAN, finite.KIND_INF
+# A gradient holding both (found in the skip branch only).
+_BOTH = 3
+_KIND_TEXT = {_NAN: "NaN", _INF: "Inf", _BOTH: "NaN and Inf"}
+# A replica's summary: count, MAX_NAMED indices and kinds, farthest, loss.
+_SUMMARY = 2 * MAX_NAMED + 3
+# `loss` codes, and what `SkipRecord.loss` says for each.
+_LOSS_TEXT = {0: None, 1: "finite", 2: "overflowed when scaled", 3: "NaN",
+              4: "Inf"}
 
 
 class SkipStreakError(tf.errors.InvalidArgumentError):
@@ -77,13 +93,23 @@ class SkipRecord:
       count: how many gradients were non-finite (on `replica`).
       total: how many gradients the step had (None ones excluded).
       names: the variable paths of the first non-finite gradients (up to
-        8), in variable order.
-      kinds: for each name, "NaN" or "Inf".
+        8), in `order`: with "backprop", the first is nearest the loss,
+        where non-finite values entered the backward pass.
+      kinds: for each name, "NaN", "Inf" or "NaN and Inf" (both: what
+        float16 overflow leaves where it entered, Inf - Inf).
       replica: the first replica that saw a non-finite gradient (0 without
         a strategy); `worker`: its worker under MultiWorkerMirroredStrategy.
       replicas: how many replicas saw one.
       streak: skipped steps in a row ending at `step`; `first_step` is the
         step that began them.
+      order: "backprop" (the order in which the step's gradient tape made
+        the gradients, read from the traced step) or "variable" (eager
+        steps, where that order is unknown).
+      farthest: the non-finite gradient farthest from the loss (in
+        `order`), or None.
+      loss: the step's loss: "finite", "NaN", "Inf", "overflowed when
+        scaled" (finite, but not once multiplied by the scale), or None
+        where no `get_scaled_loss` / `scale_loss` call saw it.
     """
 
     step: int
@@ -97,20 +123,94 @@ class SkipRecord:
     streak: int
     first_step: int
     worker: Optional[int] = None
+    order: str = "variable"
+    farthest: Optional[str] = None
+    loss: Optional[str] = None
 
     @property
     def kind(self) -> str:
         """"NaN", "Inf" or "NaN and Inf": what the named gradients held."""
-        found = sorted(set(self.kinds), key=("NaN", "Inf").index)
+        parts = {p for k in self.kinds for p in k.split(" and ")}
+        found = sorted(parts, key=("NaN", "Inf").index)
         return " and ".join(found) or "NaN/Inf"
 
+    @property
+    def source(self) -> Optional[str]:
+        """The layer (variable path without its last part) nearest the loss
+        whose gradient was non-finite: where non-finite values entered the
+        backward pass. None in variable order."""
+        if self.order != "backprop" or not self.names:
+            return None
+        return backprop_order.layer_of(self.names[0])
+
+    @property
+    def source_kind(self) -> str:
+        """"Inf" if a named gradient of `source` held an Inf (overflow),
+        else what the first named gradient held."""
+        if not self.kinds:
+            return "NaN/Inf"
+        layer = self.source
+        if layer is None:
+            return self.kind
+        mine = [k for n, k in zip(self.names, self.kinds)
+                if backprop_order.layer_of(n) == layer]
+        return "Inf" if any("Inf" in k for k in mine) else "NaN"
+
+    @property
+    def origin(self) -> Optional[str]:
+        """Where the non-finite values came from: "forward" (the loss was
+        NaN or Inf: an activation, the loss function or the input batch),
+        "scaling" (the scale overflowed the loss's dtype), "backward" (the
+        loss was finite), or None (the loss was not seen)."""
+        return {"finite": "backward", "NaN": "forward", "Inf": "forward",
+                "overflowed when scaled": "scaling"}.get(self.loss or "")
+
+    def _cause(self) -> str:
+        """What made the step's gradients non-finite, as far as known."""
+        origin = self.origin
+        if origin == "forward":
+            return (f"the loss was {self.loss}: the forward pass made it "
+                    "(an activation, the loss function or the input batch)")
+        if origin == "scaling":
+            return ("the loss was finite but overflowed its dtype when "
+                    "scaled: the scale is too large for it")
+        source = self.source
+        if source is None:
+            return ""
+        pass_ = {"backward": " in the backward pass (the loss was finite)",
+                 None: ""}[origin]
+        return f"{self.source_kind} entered at {source}{pass_}"
+
+    def _span(self) -> str:
+        """The non-finite gradients: `, a .. b` from the source's layer to
+        the farthest one's, or their names."""
+        if self.order != "backprop":
+            more = ", ..." if self.count > len(self.names) else ""
+            order = ", in variable order" if self.count > 1 else ""
+            return (f" ({self.kind}){order}: "
+                    f"{', '.join(self.names)}{more}")
+        if self.count == 1 and self.names:
+            return f": {self.names[0]}"
+        near = self.source
+        far = (backprop_order.layer_of(self.farthest)
+               if self.farthest else near)
+        if near == far:
+            return f" in {near}"
+        return f", {near} .. {far}"
+
     def describe(self) -> str:
-        """`step 12 skipped: 2 of 40 gradients non-finite (Inf): a, b; scale 2^14`."""
+        """`step 0 skipped on replica 0: Inf entered at l11 in the backward
+        pass (the loss was finite); 24 of 26 gradients non-finite, l11 ..
+        l0; scale 2^30` (eagerly: `... 2 of 40 gradients non-finite (Inf),
+        in variable order: a, b; scale 2^14`)."""
         if self.total == 0:  # Restored (`save_telemetry`): only the run.
             return (f"step {self.step} skipped, the last of {self.streak} "
                     f"in a row from step {self.first_step} (restored from a "
                     "save, which keeps no gradients or scale)")
-        more = ", ..." if self.count > len(self.names) else ""
+        return (f"step {self.step} skipped{self._where()}: {self.summary()}; "
+                f"scale {scale_text(self.scale)}")
+
+    def _where(self) -> str:
         where = ""
         if self.worker is not None:
             where = f" on worker {self.worker}"
@@ -118,9 +218,43 @@ class SkipRecord:
             where = f" on replica {self.replica}"
             if self.replicas > 1:
                 where += f" (and {self.replicas - 1} other)"
-        return (f"step {self.step} skipped{where}: {self.count} of "
-                f"{self.total} gradients non-finite ({self.kind}): "
-                f"{', '.join(self.names)}{more}; scale {scale_text(self.scale)}")
+        return where
+
+    def summary(self) -> str:
+        """Why the step was skipped, without its step, replica and scale:
+        `Inf entered at net/l11 in the backward pass (the loss was finite);
+        24 of 26 gradients non-finite, net/l11 .. net/l0`."""
+        cause = self._cause()
+        counted = (f"{self.count} of {self.total} gradients non-finite"
+                   f"{self._span()}")
+        if self.order == "backprop" and cause:
+            body = f"{cause}; {counted}"
+        elif cause:
+            body = f"{counted}; {cause}"
+        else:
+            body = counted
+        return body
+
+    def verdict_at_floor(self) -> str:
+        """What a run of skipped steps that reached `min_scale` means."""
+        origin = self.origin
+        if origin == "forward":
+            return (f"the loss itself was {self.loss}: a fault of the forward "
+                    "pass (the input batch, an activation or the loss "
+                    "function), which no loss scale fixes")
+        if origin == "scaling":
+            return ("the scaled loss overflows even at the smallest scale: "
+                    "the loss is too large for its dtype (compute it in "
+                    "float32)")
+        if origin == "backward":
+            return ("the loss was finite and the gradients are still "
+                    "non-finite at the smallest scale: not float16 overflow "
+                    f"but a real {self.source_kind} in the backward pass (the "
+                    "gradient of a log, sqrt or division at zero, a "
+                    "diverging learning rate)")
+        return ("this looks like a real NaN/Inf, not float16 overflow (bad "
+                "input data, a log or division of zero, a diverging "
+                "learning rate)")
 
     def __str__(self) -> str:
         return self.describe()
@@ -148,6 +282,8 @@ class RecordVariables(NamedTuple):
     replicas: tf.Variable
     streak: tf.Variable
     first_step: tf.Variable
+    farthest: tf.Variable
+    loss: tf.Variable
 
 
 def _variable(initial: Any, dtype: tf.DType, name: str) -> tf.Variable:
@@ -172,15 +308,19 @@ def make_variables() -> RecordVariables:
             replica=_variable(0, tf.int32, "last_skip_replica"),
             replicas=_variable(0, tf.int32, "last_skip_replicas"),
             streak=_variable(0, tf.int64, "skip_streak"),
-            first_step=_variable(-1, tf.int64, "skip_streak_first_step"))
+            first_step=_variable(-1, tf.int64, "skip_streak_first_step"),
+            farthest=_variable(-1, tf.int32, "last_skip_farthest"),
+            loss=_variable(0, tf.int32, "last_skip_loss"))
 
 
 def _kinds(grads: Sequence[Any], known: Optional[tf.Tensor]) -> tf.Tensor:
-    """Per present gradient: 0 finite, 1 has a NaN, 2 has an Inf (no NaN).
+    """Per present gradient: 0 finite, 1 has a NaN, 2 has an Inf (no NaN),
+    3 has both.
 
     Compiled whole by XLA the step's check found them already (`known`,
     `finite.Verdict.kinds`): one small tensor, instead of reading every
-    gradient again here.
+    gradient again here; it tells no 3 from 1 (a gradient with both counts
+    as NaN).
     """
     if known is not None:
         return known
@@ -189,35 +329,92 @@ def _kinds(grads: Sequence[Any], known: Optional[tf.Tensor]) -> tf.Tensor:
     # Four ops a gradient (each costs tracing time in every step function):
     # the reduction axes are shared by rank.
     axes: Dict[int, tf.Tensor] = {}
-    nans, finite_ones = [], []
+    nans, infs = [], []
     for grad in grads:
         values = dense_values(grad)
         axis = all_axes(values, axes)
         nans.append(tf.reduce_any(tf.math.is_nan(values), axis))
-        finite_ones.append(tf.reduce_all(tf.math.is_finite(values), axis))
-    return tf.where(tf.stack(nans), _NAN,
-                    tf.where(tf.stack(finite_ones), 0, _INF))
+        infs.append(tf.reduce_any(tf.math.is_inf(values), axis))
+    nan, inf = tf.stack(nans), tf.stack(infs)
+    return tf.where(nan, tf.where(inf, _BOTH, _NAN), tf.where(inf, _INF, 0))
 
 
-def _local_summary(grads: Sequence[Any],
-                   known: Optional[tf.Tensor] = None) -> tf.Tensor:
-    """[count, first indices..., their kinds...] of this replica, as float32.
+def loss_code(loss: Optional[Tuple[Any, Any]]) -> tf.Tensor:
+    """The record's `loss` code of a (loss, scaled loss) pair: 0 (None, or
+    not floating point), 1 finite, 2 the scaled loss only non-finite, 3 the
+    loss holds a NaN, 4 an Inf. Runs in the skip branch only."""
+    if loss is None:
+        return tf.constant(0)
+    unscaled, scaled = (tf.convert_to_tensor(x) for x in loss)
+    if not (unscaled.dtype.is_floating and scaled.dtype.is_floating):
+        return tf.constant(0)
+    has_nan = tf.reduce_any(tf.math.is_nan(unscaled))
+    finite_loss = tf.reduce_all(tf.math.is_finite(unscaled))
+    finite_scaled = tf.reduce_all(tf.math.is_finite(scaled))
+    return tf.where(finite_loss, tf.where(finite_scaled, 1, 2),
+                    tf.where(has_nan, 3, 4))
 
-    Static shapes only (XLA compiles it too): the first indices are the
-    top `MAX_NAMED` of a score that is higher the earlier a bad gradient.
+
+def _local_summary(grads: Sequence[Any], ranks: Optional[Sequence[int]],
+                   loss: tf.Tensor, known: Optional[tf.Tensor] = None
+                   ) -> tf.Tensor:
+    """[count, first indices..., their kinds..., farthest, loss] of this
+    replica, as float32.
+
+    The first indices are the first `MAX_NAMED` bad gradients in
+    backpropagation order, the nearest to the loss first (`ranks`: each
+    gradient's place in that order, known when the step is traced; None:
+    variable order); `farthest` is the bad one farthest from the loss.
     `known`: the present gradients' kinds, if the step's check found them.
+
+    Static shapes only (XLA compiles it too), and no `top_k`: XLA's TopK
+    marks its output's size dynamic, and one dynamic size anywhere in a
+    step makes XLA inline every call of the module, the random-bit
+    generator of each Dropout layer too, which then costs a step under
+    `jit_compile=True` 20-40 times what it costs as a call. So the kinds
+    are put in backpropagation order by a permutation fixed at trace time,
+    and the `r`-th bad one (from 0) fills slot `r` by a one-hot sum.
     """
-    kinds = _kinds([g for g in grads if g is not None], known)
+    present = [g for g in grads if g is not None]
+    kinds = _kinds(present, known)
+    n = int(kinds.shape[0])
+    order = list(range(n)) if ranks is None else sorted(
+        range(n), key=lambda i: ranks[i])
+    if order != list(range(n)):
+        kinds_in_order = tf.gather(kinds, order)
+    else:
+        kinds_in_order = kinds
+    original = tf.constant(order + [-1], tf.int32)  # position -> index
+    bad = kinds_in_order > 0
+    seen = tf.math.cumsum(tf.cast(bad, tf.int32))  # bad ones up to each
+    slot = tf.where(bad, seen - 1, MAX_NAMED)  # MAX_NAMED: no slot
+    at = tf.reduce_sum(tf.one_hot(slot, MAX_NAMED, dtype=tf.int32)
+                       * tf.range(1, n + 1)[:, None], 0) - 1
+    at = tf.where(at < 0, n, at)
+    first = tf.gather(original, at)
+    first_kinds = tf.gather(tf.concat([kinds_in_order, [0]], 0), at)
+    count = seen[-1] if n else tf.constant(0)
+    last = tf.cast(tf.argmax(tf.concat(
+        [tf.where(bad, tf.range(1, n + 1), 0), [0]], 0)), tf.int32)
+    farthest = tf.where(count > 0, tf.gather(original, last), -1)
+    return tf.cast(tf.concat([[count], first, first_kinds, [farthest],
+                              [tf.cast(loss, tf.int32)]], 0), tf.float32)
     n = int(kinds.shape[0])
     bad = kinds > 0
-    score = tf.where(bad, n - tf.range(n), 0)
+    rank = tf.range(n) if ranks is None else tf.constant(list(ranks),
+                                                          tf.int32)
+    score = tf.where(bad, n - rank, 0)
     score = tf.concat([score, tf.zeros([MAX_NAMED], tf.int32)], 0)
-    top, _ = tf.math.top_k(score, MAX_NAMED)
-    first = tf.where(top > 0, n - top, -1)
+    top, at = tf.math.top_k(score, MAX_NAMED)
+    first = tf.where(top > 0, at, -1)
     first_kinds = tf.gather(tf.concat([kinds, [0]], 0),
                             tf.where(first < 0, n, first))
     count = tf.reduce_sum(tf.cast(bad, tf.int32))
-    return tf.cast(tf.concat([[count], first, first_kinds], 0), tf.float32)
+    far_score = tf.concat([tf.where(bad, rank + 1, 0), [0]], 0)
+    farthest = tf.where(count > 0, tf.cast(tf.argmax(far_score), tf.int32),
+                        -1)
+    return tf.cast(tf.concat([[count], first, first_kinds, [farthest],
+                              [tf.cast(loss, tf.int32)]], 0), tf.float32)
 
 
 def _agreed_summary(summary: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor,
@@ -233,7 +430,7 @@ def _agreed_summary(summary: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor,
         seen = tf.cast(summary[0] > 0, tf.int32)
         return summary, tf.constant(0), seen
     rid = tf.cast(ctx.replica_id_in_sync_group, tf.int32)
-    rows = tf.scatter_nd([[rid]], [summary], [replicas, 2 * MAX_NAMED + 1])
+    rows = tf.scatter_nd([[rid]], [summary], [replicas, _SUMMARY])
     return _first_bad_row(ctx.all_reduce(tf.distribute.ReduceOp.SUM, rows))
 
 
@@ -264,7 +461,9 @@ def _writes(variables: RecordVariables, agreed: Tuple[tf.Tensor, tf.Tensor,
         variables.count.assign(as_int[0]),
         variables.total.assign(total),
         variables.indices.assign(as_int[1:MAX_NAMED + 1]),
-        variables.kinds.assign(as_int[MAX_NAMED + 1:]),
+        variables.kinds.assign(as_int[MAX_NAMED + 1:2 * MAX_NAMED + 1]),
+        variables.farthest.assign(as_int[2 * MAX_NAMED + 1]),
+        variables.loss.assign(as_int[2 * MAX_NAMED + 2]),
         variables.replica.assign(replica),
         variables.replicas.assign(seen),
         variables.streak.assign(streak),
@@ -275,12 +474,17 @@ def _writes(variables: RecordVariables, agreed: Tuple[tf.Tensor, tf.Tensor,
 def recorder(variables: RecordVariables,
              iterations: Callable[[], tf.Tensor],
              check: Optional[Callable[[RecordVariables], Any]] = None,
+             ranks: Optional[Sequence[int]] = None,
+             loss: Optional[Callable[[], Optional[Tuple[Any, Any]]]] = None,
              ) -> Callable[[List[Any], tf.Tensor, Optional[tf.Tensor], bool],
                            Any]:
     """The function the skip branch runs: records `grads` (in a replica
     context) and, with `check`, runs it on the written record.
 
-    It is handed the step's scale, the kinds the step's check found (or
+    `ranks`: each present gradient's place in backpropagation order
+    (`backprop_order.ranks`), or None; `loss()`: this replica's (loss,
+    scaled loss), called in the skip branch, or None if not seen. The
+    record is handed the step's scale, the kinds the step's check found (or
     None) and whether the step is compiled whole by XLA, where `check` is
     left out (XLA has no string op and drops assertions).
     """
@@ -288,7 +492,8 @@ def recorder(variables: RecordVariables,
     def record(grads: List[Any], scale: tf.Tensor,
                kinds: Optional[tf.Tensor] = None,
                compiled_whole: bool = False) -> Any:
-        agreed = _agreed_summary(_local_summary(grads, kinds))
+        code = loss_code(None if loss is None else loss())
+        agreed = _agreed_summary(_local_summary(grads, ranks, code, kinds))
         writes = _writes(variables, agreed,
                          len([g for g in grads if g is not None]),
                          tf.convert_to_tensor(iterations()), scale)
@@ -306,28 +511,38 @@ def record_replicas(variables: RecordVariables,
     """Records a skipped step from every replica's gradients at once (in a
     cross-replica context, as the TF1 optimizer's update runs): `per_replica`
     holds one list of gradients per replica, in replica-id order."""
-    rows = tf.stack([_local_summary(grads) for grads in per_replica])
+    rows = tf.stack([_local_summary(grads, None, tf.constant(0))
+                     for grads in per_replica])
     total = len([g for g in per_replica[0] if g is not None])
     return tf.group(*_writes(variables, _first_bad_row(rows), total, step,
                              scale))
 
 
 def read(variables: RecordVariables, names: Sequence[str],
-         worker_of: Optional[Callable[[int], Optional[int]]] = None
-         ) -> Optional[SkipRecord]:
-    """The last skipped step, or None if none was (one host read)."""
+         worker_of: Optional[Callable[[int], Optional[int]]] = None,
+         ordered: bool = False) -> Optional[SkipRecord]:
+    """The last skipped step, or None if none was (one host read).
+
+    `ordered`: whether the step that wrote it recorded in backpropagation
+    order (its `ranks` were known)."""
     values = [tf.convert_to_tensor(v) for v in variables]
     (step, scale, count, total, indices, kinds, replica, replicas, streak,
-     first_step) = [v.numpy() for v in values]
+     first_step, farthest, loss) = [v.numpy() for v in values]
     if int(step) < 0:
         return None
     chosen = [(int(i), int(k)) for i, k in zip(indices, kinds) if i >= 0]
+
+    def name(i: int) -> str:
+        return names[i] if i < len(names) else f"#{i}"
+
     return SkipRecord(
         step=int(step), scale=float(scale), count=int(count),
         total=int(total),
-        names=tuple(names[i] if i < len(names) else f"#{i}"
-                    for i, _ in chosen),
-        kinds=tuple("NaN" if k == _NAN else "Inf" for _, k in chosen),
+        names=tuple(name(i) for i, _ in chosen),
+        kinds=tuple(_KIND_TEXT.get(k, "NaN") for _, k in chosen),
         replica=int(replica), replicas=int(replicas), streak=int(streak),
         first_step=int(first_step),
-        worker=None if worker_of is None else worker_of(int(replica)))
+        worker=None if worker_of is None else worker_of(int(replica)),
+        order="backprop" if ordered else "variable",
+        farthest=name(int(farthest)) if int(farthest) >= 0 else None,
+        loss=_LOSS_TEXT.get(int(loss)))

@@ -17,11 +17,11 @@ traced step (the record holds their indices), and, with
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 
-from tf_lossscale import _tf_private, skip_record
+from tf_lossscale import _tf_private, backprop_order, skip_record
 from tf_lossscale.gradient_check import variable_name
 
 __all__ = ["SkipReporting"]
@@ -35,6 +35,11 @@ class _Reporting:
         self.variables = variables
         self.strategy = strategy
         self.names: List[str] = []
+        # Whether the last traced step knew its backpropagation order.
+        self.ordered = False
+        # Per replica id: the graph (None eagerly), loss and scaled loss
+        # that the scaling methods saw for the step being built.
+        self.losses: Dict[int, Tuple[Any, Any, Any]] = {}
         # A flavour's view of the telemetry for its whole-model files.
         self.file_entry: Any = None
 
@@ -84,15 +89,15 @@ class SkipReporting:
     def last_skip(self) -> Optional[skip_record.SkipRecord]:
         """The last skipped step: which gradients, when, where; or None.
 
-        A frozen `SkipRecord`; `str()` of it reads
-        `step 12 skipped: 2 of 40 gradients non-finite (Inf): dense/kernel,
-        dense/bias; scale 2^15`. Works after an eager step and after a
+        A frozen `SkipRecord`; `str()` of it reads `step 12 skipped on
+        replica 0: Inf entered at dense in the backward pass (the loss was
+        finite); 2 of 40 gradients non-finite in dense; scale 2^15`. Works after an eager step and after a
         `tf.function` step alike (one host read of a few scalars). Not
         saved in checkpoints.
         """
         reporting = self._reporting
         return skip_record.read(reporting.variables, reporting.names,
-                                self._worker_of)
+                                self._worker_of, reporting.ordered)
 
     def _worker_of(self, replica: int) -> Optional[int]:
         strategy = self._reporting.strategy
@@ -101,6 +106,35 @@ class SkipReporting:
             return None
         local = max(1, len(strategy.extended.worker_devices))
         return replica // local
+
+    def _note_loss(self, loss: Optional[Tuple[Any, Any]]) -> None:
+        """Keeps the (loss, scaled loss) that this replica's scaling method
+        saw for the step `apply_gradients` is building (None: not seen)."""
+        if not hasattr(self, "_reporting"):
+            return
+        graph = (None if tf.executing_eagerly()
+                 else tf.compat.v1.get_default_graph())
+        losses = self._reporting.losses
+        if loss is None:
+            losses.pop(_replica_id(), None)
+        else:
+            losses[_replica_id()] = (graph, loss[0], loss[1])
+
+    def _loss_here(self) -> Optional[Tuple[Any, Any]]:
+        """This replica's (loss, scaled loss), if noted for this step's
+        graph or an outer one (the skip branch is a graph of its own)."""
+        noted = self._reporting.losses.get(_replica_id())
+        if noted is None:
+            return None
+        graph, loss, scaled = noted
+        if graph is None:
+            return (loss, scaled) if tf.executing_eagerly() else None
+        here: Any = tf.compat.v1.get_default_graph()
+        while here is not None:
+            if here is graph:
+                return loss, scaled
+            here = getattr(here, "outer_graph", None)
+        return None
 
     def _skip_recorder(self, grads: List[Any], variables: List[Any]
                        ) -> Optional[Callable[..., Any]]:
@@ -116,6 +150,8 @@ class SkipReporting:
         self._reporting.names = [variable_name(v)
                                  for g, v in zip(grads, variables)
                                  if g is not None]
+        ranks = backprop_order.ranks(grads)
+        self._reporting.ordered = ranks is not None
         check = None
         if self.max_consecutive_skips is not None and (
                 not tf.executing_eagerly()):
@@ -123,7 +159,8 @@ class SkipReporting:
             check = lambda record: self._graph_check(record, names)  # noqa: E731
         return skip_record.recorder(
             self._reporting.variables,
-            lambda: tf.convert_to_tensor(self.iterations), check)
+            lambda: tf.convert_to_tensor(self.iterations), check, ranks,
+            self._loss_here)
 
     def _graph_check(self, record: skip_record.RecordVariables,
                      names: List[str]) -> Any:
@@ -165,9 +202,7 @@ class SkipReporting:
             return
         scale = float(tf.convert_to_tensor(getattr(self, "loss_scale")))  # noqa: B009
         floor = float(getattr(self, "min_scale", 0.0))
-        at_floor = (" It is at min_scale: this is not float16 overflow but "
-                    "a NaN or Inf that no loss scale fixes (bad input data, "
-                    "a log or division of zero, a diverging learning rate)."
+        at_floor = (f" It is at min_scale: {record.verdict_at_floor()}."
                     if getattr(self, "dynamic", False)
                     and scale <= floor else "")
         raise skip_record.SkipStreakError(
@@ -175,3 +210,13 @@ class SkipReporting:
             f"(max_consecutive_skips={limit}), steps {record.first_step} to "
             f"{record.step}; the last: {record}; the scale is now "
             f"{skip_record.scale_text(scale)}.{at_floor}", record)
+
+
+def _replica_id() -> int:
+    """The replica id of the current replica context (0 outside one, or
+    where it is not a constant)."""
+    context = tf.distribute.get_replica_context()
+    if context is None:
+        return 0
+    found = tf.get_static_value(context.replica_id_in_sync_group)
+    return 0 if found is None else int(found)

@@ -1,0 +1,259 @@
+"""The skip record on faults nothing planted (Keras 3; tf_keras:
+`tf_keras_cases/cases_natural_faults.py`), with and without XLA.
+
+Each names where the non-finite values entered (the layer nearest the
+loss, in backpropagation order), the pass (the loss finite or not) and the
+kind; the models are in `_natural_faults.py`.
+"""
+
+from __future__ import annotations
+
+import _natural_faults as nf
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tf_lossscale
+from tf_lossscale import deep_look
+
+JIT = pytest.mark.parametrize("jit_compile", [False, True],
+                              ids=["graph", "jit_compile"])
+
+
+def _fit(model, x, y, scale, jit_compile, loss="mse"):
+    return nf.fit(keras, tf_lossscale.LossScaleMonitor,
+                  tf_lossscale.LossScaleOptimizer, model, x, y,
+                  initial_scale=scale, jit_compile=jit_compile, loss=loss)
+
+
+@JIT
+def test_a_deep_mlp_at_a_huge_scale_names_l11_backward_inf(jit_compile):
+    opt, monitor = _fit(nf.deep_mlp(keras), *nf.data(), 2.0**30,
+                        jit_compile)
+    record = opt.last_skip
+    assert (nf.last_part(record.source), record.origin, record.source_kind,
+            record.loss) == ("l11", "backward", "Inf", "finite")
+    assert (record.count, record.total, record.order) == (24, 26, "backprop")
+    assert nf.last_part(record.farthest) in ("l0/kernel", "kernel")
+    assert record.farthest.endswith("l0/kernel")
+    # Nearest the loss first: l11's two, then l10's.
+    assert [n.rsplit("/", 2)[-2] for n in record.names] == [
+        "l11", "l11", "l10", "l10", "l9", "l9", "l8", "l8"]
+    assert monitor.lines[0] == (
+        "step 0 skipped on replica 0: Inf entered at l11 in the backward "
+        "pass (the loss was finite); 24 of 26 gradients non-finite, "
+        "l11 .. l0; scale 2^30 -> 2^29")
+
+
+@JIT
+def test_a_residual_model_names_the_branch_layer_that_overflowed(
+        jit_compile):
+    opt, monitor = _fit(nf.residual(keras), *nf.data(), 2.0**10,
+                        jit_compile)
+    record = opt.last_skip
+    # Branch a's layers only, never b1 or out; the trunk below the add may
+    # follow. (TF 2.16's XLA keeps a2's kernel gradient finite and the
+    # overflow enters at a1, through the x1000.)
+    assert (nf.last_part(record.source) in ("a1", "a2"), record.origin,
+            record.total) == (True, "backward", 10)
+    assert not [n for n in record.names if n.startswith(("b1/", "out/"))]
+    if jit_compile:
+        # XLA's check tells no "NaN and Inf" from "NaN": a1's Inf - Inf
+        # reads NaN there (TF 2.16).
+        assert record.source_kind in ("Inf", "NaN")
+        return
+    assert record.source_kind == "Inf"
+    assert (record.names, record.kinds) == (("a2/kernel",), ("Inf",))
+    assert monitor.lines[0] == (
+        "step 0 skipped on replica 0: Inf entered at a2 in the backward "
+        "pass (the loss was finite); 1 of 10 gradients non-finite: "
+        "a2/kernel; scale 2^10 -> 2^9")
+
+
+@JIT
+def test_attention_logits_overflowing_float16_name_the_forward_pass(
+        jit_compile):
+    x, y = nf.data()
+    opt, monitor = _fit(nf.attention(keras), x.reshape(-1, 4, 2), y,
+                        2.0**10, jit_compile)
+    record = opt.last_skip
+    assert (record.loss, record.origin, record.source_kind) == (
+        "NaN", "forward", "NaN")
+    assert (record.count, record.total, nf.last_part(record.source)) == (
+        10, 10, "out")
+    assert monitor.lines[0] == (
+        "step 0 skipped on replica 0: the loss was NaN: the forward pass "
+        "made it (an activation, the loss function or the input batch); "
+        "10 of 10 gradients non-finite, out .. key; scale 2^10 -> 2^9")
+
+
+@JIT
+def test_a_log_of_zero_in_the_loss_names_the_forward_pass_and_inf(
+        jit_compile):
+    opt, monitor = _fit(nf.small_mlp(keras, zero_output=True), *nf.data(),
+                        2.0**10, jit_compile, loss=nf.log_loss)
+    record = opt.last_skip
+    # Every step: the output stays 0 (a skipped step changes nothing).
+    assert (record.loss, record.origin, record.first_step, record.streak
+            ) == ("Inf", "forward", 0, 2)
+    assert monitor.lines[0].startswith(
+        "step 0 skipped on replica 0: the loss was Inf: the forward pass "
+        "made it")
+
+
+@JIT
+def test_a_nan_in_the_input_batch_names_the_forward_pass(jit_compile):
+    opt, monitor = _fit(nf.small_mlp(keras), *nf.data(nan_row=20),
+                        2.0**10, jit_compile)
+    record = opt.last_skip
+    # Row 20 is in the second batch: step 1, and only it.
+    assert (record.step, record.streak, record.loss, record.origin) == (
+        1, 1, "NaN", "forward")
+    assert (nf.last_part(record.source), record.source_kind) == ("out", "NaN")
+    assert int(opt.skipped_steps) == 1
+    assert monitor.lines[0].startswith(
+        "step 1 skipped on replica 0: the loss was NaN: the forward pass "
+        "made it (an activation, the loss function or the input batch); ")
+
+
+def test_an_eager_loop_says_its_list_is_in_variable_order():
+    model = nf.small_mlp(keras)
+    opt = tf_lossscale.LossScaleOptimizer(keras.optimizers.SGD(1e-3))
+    x, y = nf.data(nan_row=0)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean((model(x[:nf.BATCH]) - y[:nf.BATCH]) ** 2)
+        scaled = opt.scale_loss(loss)
+    grads = tape.gradient(scaled, model.trainable_variables)
+    opt.apply(grads, model.trainable_variables)
+    record = opt.last_skip
+    assert (record.order, record.source, record.loss, record.origin) == (
+        "variable", None, "NaN", "forward")
+    assert str(record) == (
+        "step 0 skipped on replica 0: 6 of 6 gradients non-finite (NaN), in "
+        "variable order: l0/kernel, l0/bias, l1/kernel, l1/bias, out/kernel,"
+        " out/bias; the loss was NaN: the forward pass made it (an "
+        "activation, the loss function or the input batch); scale 2^15")
+
+
+@pytest.mark.parametrize("nan_replica", [0, 1])
+def test_a_nan_batch_on_one_replica_names_it_and_the_forward_pass(
+        mirrored_strategy, nan_replica):
+    """Each replica's loss is its own: the record says the NaN replica's
+    loss was NaN (the other's was finite)."""
+    with mirrored_strategy.scope():
+        model = nf.small_mlp(keras)
+        opt = tf_lossscale.LossScaleOptimizer(keras.optimizers.SGD(1e-3))
+        opt.build(model.trainable_variables)
+    x, y = nf.data()
+
+    def replica_step(x, y):
+        replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+        x = tf.where(tf.equal(replica, nan_replica),
+                     x * float("nan"), x)
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean((model(x) - y) ** 2)
+            scaled = opt.scale_loss(loss)
+        grads = tape.gradient(scaled, model.trainable_variables)
+        opt.apply(grads, model.trainable_variables)
+
+    tf.function(lambda x, y: mirrored_strategy.run(replica_step, (x, y)))(
+        tf.constant(x[:nf.BATCH]), tf.constant(y[:nf.BATCH]))
+    record = opt.last_skip
+    assert (record.replica, record.replicas, record.loss, record.origin) == (
+        nan_replica, 1, "NaN", "forward")
+    assert (nf.last_part(record.source), record.count) == ("out", 6)
+
+
+@JIT
+def test_the_documented_flow_in_a_tf_function_names_l11(jit_compile):
+    """get_scaled_loss / get_unscaled_gradients / apply_gradients: the
+    order is read through the unscaling division."""
+    model = nf.deep_mlp(keras)
+    opt = tf_lossscale.LossScaleOptimizer(keras.optimizers.SGD(1e-3),
+                                          initial_scale=2.0**30)
+    x, y = nf.data()
+
+    @tf.function(jit_compile=jit_compile)
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean((model(x) - y) ** 2)
+            scaled = opt.get_scaled_loss(loss)
+        grads = opt.get_unscaled_gradients(
+            tape.gradient(scaled, model.trainable_variables))
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+
+    step(tf.constant(x[:nf.BATCH]), tf.constant(y[:nf.BATCH]))
+    record = opt.last_skip
+    assert (nf.last_part(record.source), record.source_kind, record.origin,
+            record.count, record.total) == ("l11", "Inf", "backward", 24, 26)
+
+
+def test_the_deep_look_names_the_op_and_pass_and_changes_nothing():
+    """After a skipped step: the first op that made an Inf (the float16
+    cast of l11's output gradient, backward) and, for the attention block,
+    the logits' matmul (forward); no variable, slot or count moves."""
+    model = nf.deep_mlp(keras)
+    opt = tf_lossscale.LossScaleOptimizer(keras.optimizers.SGD(1e-3),
+                                          initial_scale=2.0**30)
+    x, y = nf.data()
+    x, y = tf.constant(x[:nf.BATCH]), tf.constant(y[:nf.BATCH])
+
+    def loss_fn():
+        return tf.reduce_mean((model(x) - y) ** 2)
+
+    with tf.GradientTape() as tape:
+        scaled = opt.scale_loss(loss_fn())
+    opt.apply(tape.gradient(scaled, model.trainable_variables),
+              model.trainable_variables)
+    weights = [w.numpy() for w in model.weights]
+    state = (int(opt.iterations), float(opt.loss_scale),
+             int(opt.skipped_steps))
+    found = deep_look.first_nonfinite_op(
+        loss_fn, model.trainable_variables, opt.last_skip.scale)
+    assert (found.op_type, found.dtype, found.backward) == (
+        "Cast", "float16", True)
+    assert found.input.endswith("out/MatMul/MatMul") or (
+        "/out" in found.input), found
+    assert str(found).startswith("first NaN/Inf: Cast (float16) gradient_tape/")
+    assert (int(opt.iterations), float(opt.loss_scale),
+            int(opt.skipped_steps)) == state == (1, 2.0**29, 1)
+    for before, after in zip(weights, model.weights):
+        np.testing.assert_array_equal(before, after.numpy())
+    # At a scale that fits, nothing is non-finite.
+    assert deep_look.first_nonfinite_op(
+        loss_fn, model.trainable_variables, 1.0) is None
+
+    attention = nf.attention(keras)
+    found = deep_look.first_nonfinite_op(
+        lambda: tf.reduce_mean(attention(tf.reshape(x, [-1, 4, 2])) - y),
+        attention.trainable_variables, 2.0**10)
+    assert (found.op_type, found.backward, found.dtype) == (
+        "BatchMatMulV2", False, "float16")
+    assert "attend" in found.op, found
+
+
+def test_a_nan_batch_that_persists_to_min_scale_stops_naming_the_forward_pass():
+    model = nf.small_mlp(keras)
+    opt = tf_lossscale.LossScaleOptimizer(
+        keras.optimizers.SGD(1e-3), initial_scale=4.0, min_scale=1.0,
+        max_consecutive_skips=3)
+    x, y = nf.data(nan_row=0)
+    x, y = tf.constant(x[:nf.BATCH]), tf.constant(y[:nf.BATCH])
+
+    def step():
+        with tf.GradientTape() as tape:
+            scaled = opt.scale_loss(tf.reduce_mean((model(x) - y) ** 2))
+        opt.apply(tape.gradient(scaled, model.trainable_variables),
+                  model.trainable_variables)
+
+    step()
+    step()
+    with pytest.raises(tf_lossscale.SkipStreakError) as caught:
+        step()
+    message = str(caught.value)
+    assert "steps 0 to 2" in message and "the scale is now 2^0" in message
+    assert message.endswith(
+        "It is at min_scale: the loss itself was NaN: a fault of the forward "
+        "pass (the input batch, an activation or the loss function), which "
+        "no loss scale fixes."), message
