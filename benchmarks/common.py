@@ -11,7 +11,7 @@ import gc
 import os
 import sys
 import time
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +33,11 @@ class Sizes:
     fusions_per_tensor: Sequence[int]  # (d) ... for per-tensor HLO (slow)
     xla_steps: int = 40      # (e) and (f): interleaved XLA steps
     xla_loop_layers: int = 100  # (f) Dense(many_width) layers under XLA
+    transformer_blocks: int = 2  # (g) and (h): encoder blocks
+    # (g) and (h): vocabulary, tokens per sequence, width
+    transformer_shape: Tuple[int, int, int] = (512, 32, 64)
+    # (g) and (h): first calls per scaler row (1: no fresh instance)
+    transformer_first_calls: int = 3
     # (a), (b), (e), (f): how many rows, the first ones, get a warm-up twin
     # (None: every row) and the bootstrap's resamples per figure.
     twins: Optional[int] = None
@@ -74,7 +79,9 @@ MODES: Dict[str, Sizes] = {
                   check_steps=3, fusions=(10,), fusions_per_tensor=(10,),
                   xla_steps=3, xla_loop_layers=1, twins=1, resamples=100,
                   xla_flags="--xla_backend_optimization_level=0",
-                  collect_garbage=False, first_calls=2),
+                  collect_garbage=False, first_calls=2,
+                  transformer_blocks=1, transformer_shape=(16, 4, 8),
+                  transformer_first_calls=1),
 }
 
 WARMUP_CALLS = 2

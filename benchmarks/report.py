@@ -2,7 +2,8 @@
 
 A heading with the versions, the machine and its load; then, for the
 workloads that ran, a description and table each and issue 15's targets,
-then the XLA tables and issue 21's targets. The tables are made in
+then the XLA tables and issue 21's targets; (g) and (h), the transformer
+with Dropout, with issue 32's targets. The tables are made in
 `tables.py`, the targets in `targets.py`.
 """
 
@@ -34,6 +35,7 @@ def _describe(k3: Optional[dict], tk: Optional[dict], mode: str) -> dict:
     a = source.get("a", {}).get("SGD", {})
     b = source.get("b", {})
     c = source.get("c", {})
+    g = (source.get("g") or source.get("h") or {}).get("SGD", {})
     sizes = common.MODES[mode]
     return {
         "a": f"compile + train_on_batch: {sizes.mlp_layers} x Dense("
@@ -52,6 +54,10 @@ def _describe(k3: Optional[dict], tk: Optional[dict], mode: str) -> dict:
              f"floats; {sizes.check_steps} interleaved calls",
         "d": "XLA fusions (all kernels in brackets) in the optimized HLO "
              "of check+unscale over n float32 gradients of 1000 elements",
+        "g": "compile + train_on_batch of a transformer with Dropout: "
+             f"{g.get('model', '?')}, {g.get('parameters', '?')} parameters"
+             f" in {g.get('variables', '?')} variables, "
+             f"{sizes.xla_steps} interleaved steps",
     }
 
 
@@ -78,16 +84,17 @@ def report(k3: Optional[dict], tk: Optional[dict], mode: str,
         "are compared with its plain tf_keras step and its own "
         "LossScaleOptimizer.",
     ]
-    if any(w in (r or {}) for w in "abcd" for r in (k3, tk)):
+    if any(w in (r or {}) for w in "abcdg" for r in (k3, tk)):
         lines += non_xla_report(k3, tk, desc)
-    lines += xla_report(k3, tk, mode)
+    lines += xla_report(k3, tk, mode, desc)
     return "\n".join(lines) + "\n"
 
 
 def non_xla_report(k3: Optional[dict], tk: Optional[dict],
                    desc: Dict[str, str]) -> List[str]:
-    """The tables (a) to (d) that ran and issue 15's targets."""
-    ran = {w for r in (k3, tk) for w in "abcd" if w in (r or {})}
+    """The tables (a) to (d) and (g) that ran, issue 15's targets and
+    issue 32's for (g)."""
+    ran = {w for r in (k3, tk) for w in "abcdg" if w in (r or {})}
     sections = {
         "a": [f"**(a)** {desc['a']}", "", *table_a(k3, tk),
               *[line for opt in ("SGD", "Adam")
@@ -98,8 +105,10 @@ def non_xla_report(k3: Optional[dict], tk: Optional[dict],
               "the gradients and returning them); ** over reading the one "
               "tensor.", "", *table_c(k3, tk), ""],
         "d": [f"**(d)** {desc['d']}", "", *table_d(k3, tk), ""],
+        "g": [f"**(g)** {desc['g']}", "", *table_a(k3, tk, "g"), ""],
     }
-    lines = [""] + [line for w in "abcd" if w in ran for line in sections[w]]
+    lines = [""] + [line for w in "abcdg" if w in ran
+                    for line in sections[w]]
     lines += [
         "**Targets** (issue 15; each flavour against its own original, "
         f"{_VERDICTS})", "",
@@ -107,10 +116,11 @@ def non_xla_report(k3: Optional[dict], tk: Optional[dict],
     return lines + targets_table(targets(k3, tk))
 
 
-def xla_report(k3: Optional[dict], tk: Optional[dict], mode: str
-               ) -> List[str]:
-    """The XLA tables (e), (f) and issue 21's targets, if they ran."""
-    if not any("e" in (r or {}) or "f" in (r or {}) for r in (k3, tk)):
+def xla_report(k3: Optional[dict], tk: Optional[dict], mode: str,
+               desc: Dict[str, str]) -> List[str]:
+    """The XLA tables (e), (f), (h) and issue 21's targets (and issue 32's
+    for (h)), if they ran."""
+    if not any(w in (r or {}) for w in "efh" for r in (k3, tk)):
         return []
     sizes = common.MODES[mode]
     source = k3 or tk or {}
@@ -131,5 +141,8 @@ def xla_report(k3: Optional[dict], tk: Optional[dict], mode: str
         f"{sizes.xla_loop_layers} x Dense({sizes.many_width}, tanh), "
         f"{f_vars} variables, SGD, {sizes.xla_steps} interleaved steps", "",
         *table_b(k3, tk, "f"), *warm_up_line(k3, tk, "f"), "",
+        *([f"**(h)** (g) compiled whole by XLA: {desc['g']}", "",
+           *table_a(k3, tk, "h"), ""]
+          if any("h" in (r or {}) for r in (k3, tk)) else []),
         "**Targets under XLA** (issue 21; each flavour against its own "
         f"original, {_VERDICTS})", "", *targets_table(xla_targets(k3, tk))]

@@ -69,17 +69,18 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="also write every number as JSON to PATH")
     parser.add_argument("--mode", choices=sorted(common.MODES), default=None,
                         help=argparse.SUPPRESS)
-    parser.add_argument("--workloads", default="abcdef",
-                        help="a subset of abcdef (default: all; e and f "
-                        "are a and b compiled with XLA)")
+    parser.add_argument("--workloads", default="abcdefgh",
+                        help="a subset of abcdefgh (default: all; e and f "
+                        "are a and b compiled with XLA; g and h a "
+                        "transformer with Dropout, without and with XLA)")
     parser.add_argument("--xla", action="store_true",
-                        help="only the XLA workloads (e, f)")
+                        help="only the XLA workloads (e, f, h)")
     parser.add_argument("--record-cost", action="store_true",
                         help="also time ours without the skip record (the "
                         "step before issue 22) in every workload")
     args = parser.parse_args(argv)
     if args.xla:
-        args.workloads = "ef"
+        args.workloads = "efh"
     mode = args.mode or ("quick" if args.quick else "full")
     estimates.use_resamples(common.MODES[mode].resamples)
     start = time.perf_counter()

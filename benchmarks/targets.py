@@ -2,7 +2,8 @@
 
 `targets` holds issue 15's (the default path: (a) fit, (b) the custom
 loop, (c) check+unscale; first calls), `xla_targets` issue 21's (under XLA:
-(e) fit, (f) the custom loop). A target is `value <= bound`, both computed
+(e) fit, (f) the custom loop); each also issue 32's for the transformer
+with Dropout ((g) without XLA, (h) with: `dropout_targets`). A target is `value <= bound`, both computed
 from the medians of the rows it needs; the verdict is on the medians, and
 `noise` says whether the interval of value - bound holds zero (for a first
 call, the median of its fresh instances' first calls: whether the two
@@ -158,6 +159,30 @@ def targets(k3: Optional[dict], tk: Optional[dict]) -> List[dict]:
             firsts.append(_first_call_target(
                 f"(c) {flavour}, {case}: first call, ours <= original", rows,
                 p + "ours", original))
+    return (out + [t for t in firsts if t is not None]
+            + dropout_targets(k3, tk, "g"))
+
+
+def dropout_targets(k3: Optional[dict], tk: Optional[dict], workload: str
+                    ) -> List[dict]:
+    """Issue 32's: in the transformer with Dropout, (g) without XLA and (h)
+    with, ours at most the original's overhead; first calls too."""
+    out: List[dict] = []
+    firsts: List[Optional[dict]] = []
+    for flavour, original, p in FLAVOURS:
+        for opt in ("SGD", "Adam"):
+            rows = merged_rows(k3, tk, workload, opt)
+            needs = (p + "ours", original, p + "plain")
+            if not all(r in rows for r in needs):
+                continue
+            name = f"({workload}) {flavour}, {opt}"
+            out.append(_target(
+                f"{name}: ours <= original", rows, needs,
+                lambda o, k, pl: o / pl - 1, lambda o, k, pl: k / pl - 1,
+                lambda v, b: f"{pct_est(v)} vs {pct(b.value)}"))
+            firsts.append(_first_call_target(
+                f"{name}: first call, ours <= original", rows, p + "ours",
+                original))
     return out + [t for t in firsts if t is not None]
 
 
@@ -199,4 +224,5 @@ def xla_targets(k3: Optional[dict], tk: Optional[dict]) -> List[dict]:
             firsts.append(_first_call_target(
                 f"{name}: first call, ours <= original", rows, ours,
                 original))
-    return out + [t for t in firsts if t is not None]
+    return (out + [t for t in firsts if t is not None]
+            + dropout_targets(k3, tk, "h"))

@@ -13,7 +13,9 @@ process). The workloads, each in the module that builds its rows:
 - (b) and (f), `workload_loop.py`: a custom `GradientTape` loop over many
   small variables, without and with XLA;
 - (c) and (d), `workload_check.py`: check+unscale alone, timed, and its
-  XLA fusions.
+  XLA fusions;
+- (g) and (h), `workload_transformer.py`: `compile` + `train_on_batch` of
+  a small transformer with Dropout, without and with XLA.
 
 The optimizers of the rows (plain, barrier, limit, the original, ours) and
 the loop's step are in `rows.py`; sizes and timing in `common.py`.
@@ -35,7 +37,7 @@ def _parse(argv: List[str]) -> argparse.Namespace:
     parser.add_argument("--keras", choices=["keras3", "tf_keras"],
                         required=True)
     parser.add_argument("--mode", default="quick")
-    parser.add_argument("--workloads", default="abcdef")
+    parser.add_argument("--workloads", default="abcdefgh")
     parser.add_argument("--out", required=True)
     parser.add_argument("--record-cost", action="store_true")
     return parser.parse_args(argv)
@@ -56,6 +58,7 @@ import rows  # noqa: E402
 import workload_check  # noqa: E402
 import workload_fit  # noqa: E402
 import workload_loop  # noqa: E402
+import workload_transformer  # noqa: E402
 
 tf.get_logger().setLevel("ERROR")
 
@@ -86,6 +89,11 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
                        for opt in sizes.optimizers}
     if "f" in args.workloads:
         result["f"] = workload_loop.workload_f(keras, sizes)
+    for letter, xla in (("g", False), ("h", True)):
+        if letter in args.workloads:
+            result[letter] = {
+                opt: workload_transformer.workload(keras, sizes, opt, xla)
+                for opt in sizes.optimizers}
     return result
 
 

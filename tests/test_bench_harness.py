@@ -71,6 +71,18 @@ def test_bench_harness_runs_every_workload_and_prints_a_table(tmp_path):
             result[keras]["f"]["rows"])
     assert any(t["target"].startswith("(e) Keras 3, SGD")
                for t in result["xla_targets"])
+    # (g) and (h): the transformer with Dropout, without and with XLA, and
+    # issue 32's targets (ours <= the original) in both target lists.
+    for keras in ("keras3", "tf_keras"):
+        for letter in ("g", "h"):
+            assert {"plain", keras, "ours"} <= set(
+                result[keras][letter]["SGD"]["rows"])
+    assert "**(g)** compile + train_on_batch of a transformer" in done.stdout
+    assert "**(h)** (g) compiled whole by XLA" in done.stdout
+    assert any(t["target"] == "(g) Keras 3, SGD: ours <= original"
+               for t in result["targets"])
+    assert any(t["target"] == "(h) tf_keras, SGD: ours <= original"
+               for t in result["xla_targets"])
     # --record-cost: ours without the skip record, beside ours.
     for keras in ("keras3", "tf_keras"):
         for rows in (result[keras]["a"]["SGD"]["rows"],

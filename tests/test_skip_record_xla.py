@@ -140,7 +140,8 @@ def test_under_xla_the_documented_flow_traces_one_check_of_each_gradient():
         [x.op for x in graph_def.node] + [
             x.op for f in graph_def.library.function for x in f.node_def])
     # One max per gradient (the exact branch), one sum per gradient (the
-    # fast check) and one more (the record's count): the check once.
+    # fast check) and one more (the record's first bad indices): the check
+    # once.
     assert (ops["Max"], ops["Sum"]) == (n, n + 1)
 
 
