@@ -694,8 +694,11 @@ def test_migrate_keeps_windows_newlines_and_the_encoding(tmp_path):
 def test_migrate_reports_unparsable_file(tmp_path, capsys):
     path = tmp_path / "broken.py"
     path.write_text("ls = tf.train.experimental.DynamicLossScale(\n")
-    assert cli.main(["migrate", str(path)]) == 1
-    assert capsys.readouterr().err.startswith(f"{path}:")
+    # A file it cannot parse is one it cannot migrate: exit 2 (issue 33),
+    # with Python's own message and line.
+    assert cli.main(["migrate", str(path)]) == 2
+    assert capsys.readouterr().err.startswith(
+        f"{path}:1: cannot parse: '(' was never closed\n")
 
 
 def test_migrate_missing_path_exits_2(tmp_path, capsys):

@@ -149,6 +149,11 @@ def rewrite(source: str) -> Tuple[str, List[Note]]:
     Raises:
       libcst.ParserSyntaxError: `source` is not valid Python.
     """
+    if "\r" in source and "\n" not in source:
+        # Old Mac newlines: libcst drops the file's last one; parse it with
+        # "\n" (no other "\n" is in the text) and give the "\r"s back.
+        new, notes = rewrite(source.replace("\r", "\n"))
+        return new.replace("\n", "\r"), notes
     wrapper = cst.MetadataWrapper(cst.parse_module(source))
     transformer = _Transformer()
     module = wrapper.visit(transformer)
