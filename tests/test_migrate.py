@@ -292,7 +292,7 @@ PAIRS = [
         opt = tf.train.experimental.enable_mixed_precision_graph_rewrite(
             opt, loss_scale=128)
         model.compile(optimizer=opt, loss='mse')
-        self.optimizer.minimize(loss, var_list, tape=tape)
+        opt.minimize(loss, var_list, tape=tape)
         tf.train.experimental.disable_mixed_precision_graph_rewrite()
         """, """\
         import tensorflow as tf
@@ -302,7 +302,7 @@ PAIRS = [
         tf.config.optimizer.set_experimental_options({'auto_mixed_precision': True})
         opt = tf_lossscale.LossScaleOptimizer(opt, dynamic=False, initial_scale=128)
         model.compile(optimizer=opt, loss='mse')
-        self.optimizer.minimize(loss, var_list, tape=tape)
+        opt.minimize(loss, var_list, tape=tape)
         tf.config.optimizer.set_experimental_options({'auto_mixed_precision': False})
         """),
     ("graph_rewrite_of_a_tf1_optimizer_imported_by_name", """\

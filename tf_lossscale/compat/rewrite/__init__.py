@@ -16,14 +16,15 @@ libcst keeps comments and formatting. Nothing here imports TensorFlow.
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import libcst as cst
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor, ImportItem
+from libcst.metadata import CodeRange, PositionProvider
 
 from tf_lossscale.compat.rewrite import calls, imports, loss_scale_reads, names
-from tf_lossscale.compat.rewrite.context import METADATA, Context
+from tf_lossscale.compat.rewrite.context import Context, Positions
 from tf_lossscale.compat.rewrite.syntax import Note
 
 __all__ = ["Note", "rewrite"]
@@ -32,18 +33,17 @@ __all__ = ["Note", "rewrite"]
 class _Transformer(cst.CSTTransformer):
     """Dispatches each node to the rules that apply to its kind."""
 
-    METADATA_DEPENDENCIES = METADATA
-
-    def __init__(self) -> None:
+    def __init__(self, positions: Positions) -> None:
         super().__init__()
         self.ctx: Optional[Context] = None
+        self._positions = positions
 
     def _context(self) -> Context:
         assert self.ctx is not None, "visit_Module sets it first"
         return self.ctx
 
     def visit_Module(self, node: cst.Module) -> None:
-        self.ctx = Context(node, self.get_metadata)
+        self.ctx = Context(node, self._positions)
 
     # Imports are rewritten whole, by statement line.
 
@@ -154,9 +154,20 @@ def rewrite(source: str) -> Tuple[str, List[Note]]:
         # "\n" (no other "\n" is in the text) and give the "\r"s back.
         new, notes = rewrite(source.replace("\r", "\n"))
         return new.replace("\n", "\r"), notes
-    wrapper = cst.MetadataWrapper(cst.parse_module(source))
-    transformer = _Transformer()
-    module = wrapper.visit(transformer)
+    parsed = cst.parse_module(source)
+    # The module is not changed in place (the transformer makes new
+    # nodes), so the wrapper need not copy it: its positions are those of
+    # the nodes the rules see.
+    wrapper = cst.MetadataWrapper(parsed, unsafe_skip_copy=True)
+    positions: Dict[str, Mapping[cst.CSTNode, CodeRange]] = {}
+
+    def resolve() -> Mapping[cst.CSTNode, CodeRange]:
+        if "found" not in positions:
+            positions["found"] = wrapper.resolve(PositionProvider)
+        return positions["found"]
+
+    transformer = _Transformer(resolve)
+    module = parsed.visit(transformer)
     ctx = transformer._context()
     if module.code == source:
         return source, sorted(ctx.notes)
