@@ -16,6 +16,7 @@ libcst keeps comments and formatting. Nothing here imports TensorFlow.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import libcst as cst
@@ -110,30 +111,30 @@ class _Transformer(cst.CSTTransformer):
         return calls.rewrite_call(ctx, original, updated)
 
 
-class _UsesTfLossscale(cst.CSTVisitor):
-    """Finds `tf_lossscale.X` references outside import statements."""
+# A use of `tf_lossscale.X` on a line that is no import statement.
+_USES_TF_LOSSSCALE = re.compile(
+    r"^(?![ \t]*(?:import|from)[ \t]).*\btf_lossscale\.", re.MULTILINE)
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.found = False
 
-    def visit_Import(self, node: cst.Import) -> bool:
-        return False
-
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
-        return False
-
-    def visit_Attribute(self, node: cst.Attribute) -> None:
-        if isinstance(node.value, cst.Name) and (
-                node.value.value == "tf_lossscale"):
-            self.found = True
+def _imports(statement: cst.BaseStatement) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and any(
+        isinstance(s, (cst.Import, cst.ImportFrom)) for s in statement.body)
 
 
 def _add_imports(module: cst.Module, modules: Sequence[str]) -> cst.Module:
+    """`module` with `import m` for each of `modules` it lacks, placed by
+    libcst's AddImportsVisitor, which is run on the module's top only (up
+    to the statement after its last top-level import: all it reads and
+    changes), not on every line of a large module."""
     if not modules:
         return module
-    return module.visit(AddImportsVisitor(
+    body = list(module.body)
+    last = max((i for i, s in enumerate(body) if _imports(s)), default=-1)
+    cut = min(len(body), last + 2)
+    top = module.with_changes(body=body[:cut]).visit(AddImportsVisitor(
         CodemodContext(), [ImportItem(m) for m in modules]))
+    return module.with_changes(header=top.header,
+                               body=[*top.body, *body[cut:]])
 
 
 def rewrite(source: str) -> Tuple[str, List[Note]]:
@@ -169,11 +170,12 @@ def rewrite(source: str) -> Tuple[str, List[Note]]:
     transformer = _Transformer(resolve)
     module = parsed.visit(transformer)
     ctx = transformer._context()
-    if module.code == source:
+    text = module.code
+    if text == source:
         return source, sorted(ctx.notes)
-    needed: List[Any] = sorted(ctx.facts.imports_needed)
-    uses = _UsesTfLossscale()
-    module.visit(uses)
-    if uses.found:
+    needed: Any = sorted(ctx.facts.imports_needed)
+    if _USES_TF_LOSSSCALE.search(text):
         needed.append("tf_lossscale")
+    if not needed:
+        return text, sorted(ctx.notes)
     return _add_imports(module, needed).code, sorted(ctx.notes)
