@@ -271,7 +271,7 @@ PAIRS = [
 
         policy = mixed_precision.Policy('mixed_float16')
         mixed_precision.set_global_policy(policy)
-        model.compile(optimizer=tf_lossscale.LossScaleOptimizer(tf.keras.optimizers.get('adam'), dynamic=False, initial_scale=1024), loss='mse')
+        model.compile(optimizer=tf_lossscale.experimental.LossScaleOptimizer(tf.keras.optimizers.get('adam'), 1024), loss='mse')
         """),
     ("compile_without_a_loss_scaling_policy_is_left", """\
         import tensorflow as tf

@@ -99,6 +99,13 @@ class _Transformer(cst.CSTTransformer):
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self._context()
+        ctx.called.add(id(node.func))
+        if isinstance(node.func, cst.Name) and node.func.value in (
+                "isinstance", "issubclass") and len(node.args) == 2:
+            classes = node.args[1].value
+            ctx.tested.update(
+                [id(e.value) for e in classes.elements] if isinstance(
+                    classes, cst.Tuple) else [id(classes)])
         calls.mark_handled(ctx, node)
         if loss_scale_reads.is_loss_scale_call(node):
             ctx.handle(node.func)

@@ -39,6 +39,10 @@ class Context:
                 and item.name.value == "compile"
                 for item in node.body.body)]
         self._handled: Set[int] = set()
+        # ids of the functions of calls (`f` in `f(...)`), as parsed.
+        self.called: Set[int] = set()
+        # ids of the classes `isinstance`/`issubclass` test against.
+        self.tested: Set[int] = set()
         # Whether the lines a left compile makes fail are named already.
         self.model_scaling_noted = False
         self._statements: List[List[cst.BaseStatement]] = []

@@ -118,6 +118,9 @@ class _Syntax(cst.CSTVisitor):
         self.parent: Dict[int, int] = {}
         self.classes: Set[int] = set()
         self.globals: Dict[int, Set[str]] = {}
+        # ids of the calls in a branch (if, loop, except) of their scope.
+        self.conditional: Set[int] = set()
+        self._branches: List[int] = [0]
         # Names bound by import statements (any scope) -> modules.
         self.imported: Dict[Binding, Set[str]] = {}
         # ids of the expressions assigned to or deleted (not read).
@@ -136,11 +139,13 @@ class _Syntax(cst.CSTVisitor):
 
     def _enter_scope(self, node: cst.CSTNode) -> None:
         self._depth += 1
+        self._branches.append(0)
         self.parent[id(node)] = self._scopes[-1]
         self._scopes.append(id(node))
 
     def _leave_scope(self) -> None:
         self._depth -= 1
+        self._branches.pop()
         self._scopes.pop()
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
@@ -169,9 +174,38 @@ class _Syntax(cst.CSTVisitor):
     def visit_Attribute(self, node: cst.Attribute) -> None:
         self._mark(node)
 
+    def _enter_branch(self, node: cst.CSTNode) -> None:
+        self._branches[-1] += 1
+
+    def _leave_branch(self, node: cst.CSTNode) -> None:
+        self._branches[-1] -= 1
+
+    def visit_If(self, node: cst.If) -> None:
+        self._enter_branch(node)
+
+    def leave_If(self, node: cst.If) -> None:
+        self._leave_branch(node)
+
+    def visit_While(self, node: cst.While) -> None:
+        self._enter_branch(node)
+
+    def leave_While(self, node: cst.While) -> None:
+        self._leave_branch(node)
+
+    def visit_For(self, node: cst.For) -> None:
+        self._enter_branch(node)
+
+    def visit_ExceptHandler(self, node: cst.ExceptHandler) -> None:
+        self._enter_branch(node)
+
+    def leave_ExceptHandler(self, node: cst.ExceptHandler) -> None:
+        self._leave_branch(node)
+
     def visit_Call(self, node: cst.Call) -> None:
         self._mark(node)
         self.calls.append(node)
+        if self._branches[-1]:
+            self.conditional.add(id(node))
         if self._targets:
             self.call_targets[id(node)] = self._targets[-1]
 
@@ -207,6 +241,7 @@ class _Syntax(cst.CSTVisitor):
             self._bind(node.target, node.value)
 
     def leave_For(self, node: cst.For) -> None:
+        self._leave_branch(node)
         self._store(node.target)
         self._bind_all(node.target)
 
@@ -537,6 +572,14 @@ class Facts(CompileScalingFacts):
 
     def may_be_policy(self, node: cst.BaseExpression) -> bool:
         return Kind.POLICY in self._possible_kinds(node)
+
+    def is_conditional(self, call: cst.Call) -> bool:
+        """True for a call in an `if`, loop or `except` of its scope."""
+        return id(call) in self._syntax.conditional
+
+    def sets_legacy_policy(self) -> bool:
+        """True if the module sets a TF 2.1-2.3 (experimental) policy."""
+        return self._sets_legacy_policy()
 
     def _sets_legacy_policy(self) -> bool:
         if self._legacy_policy is None:
