@@ -125,6 +125,8 @@ class _Syntax(cst.CSTVisitor):
         self.imported: Dict[Binding, Set[str]] = {}
         # ids of the expressions assigned to or deleted (not read).
         self.stores: Set[int] = set()
+        # ids of Name nodes that name no variable (`b` in `a.b`, keywords).
+        self.not_names: Set[int] = set()
 
     def _mark(self, node: cst.CSTNode) -> None:
         self._order += 1
@@ -173,6 +175,11 @@ class _Syntax(cst.CSTVisitor):
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         self._mark(node)
+        self.not_names.add(id(node.attr))
+
+    def visit_Arg(self, node: cst.Arg) -> None:
+        if node.keyword is not None:
+            self.not_names.add(id(node.keyword))
 
     def _enter_branch(self, node: cst.CSTNode) -> None:
         self._branches[-1] += 1
@@ -323,7 +330,7 @@ class _Syntax(cst.CSTVisitor):
         the name it starts with; None if that is not bound by an import."""
         if isinstance(node, cst.Name):
             position = self.positions.get(id(node))
-            if position is None:
+            if position is None or id(node) in self.not_names:
                 return None
             scope = self._import_scope(node.value, position[2])
             if scope is None:
