@@ -201,3 +201,17 @@ def test_large_module_is_rewritten_in_linear_time():
         assert notes == [] and "tf_lossscale.LossScaleOptimizer(" in new
     # Four times the lines: well under sixteen times the time (quadratic).
     assert times[1] < 8 * times[0] + 1.0, times
+
+
+def test_a_reason_quoting_code_of_several_lines_is_one_line():
+    _, notes = _rewrite("""\
+        import tensorflow as tf
+        tf.keras.mixed_precision.set_global_policy('mixed_float16')
+        model.compile(optimizer=make(
+                          'sgd'),
+                      loss='mse')
+        """)
+    assert len(notes) == 1
+    assert "\n" not in notes[0].reason
+    assert "whether make( 'sgd') is already a LossScaleOptimizer" in (
+        notes[0].reason)

@@ -60,7 +60,8 @@ class Context:
     def note(self, node: cst.CSTNode, reason: str) -> None:
         """Records that `node`'s line was left unconverted, and why."""
         line = self._positions()[node].start.line
-        self.notes.append(Note(line, reason))
+        # One line of report: code quoted in the reason may span several.
+        self.notes.append(Note(line, " ".join(reason.split())))
 
     # Nodes a call rule rewrites whole, which the name rules then skip.
 
