@@ -215,3 +215,23 @@ def test_a_reason_quoting_code_of_several_lines_is_one_line():
     assert "\n" not in notes[0].reason
     assert "whether make( 'sgd') is already a LossScaleOptimizer" in (
         notes[0].reason)
+
+
+def test_compile_with_the_guides_train_step_trains_as_tf215_did():
+    # TF 2.4-2.15's class applied the gradients of a train_step without
+    # scaling calls as given: the kernel trains as without any wrapper (the
+    # Dense layer computes in float32), not 1/32768 as fast.
+    source = GUIDE_TRAIN_STEP.replace(
+        "{policy}",
+        "tf.keras.mixed_precision.set_global_policy('mixed_float16')")
+    new, notes = _rewrite(source)
+    assert notes == []
+    assert ("optimizer=tf_lossscale.experimental.LossScaleOptimizer("
+            "tf.keras.optimizers.SGD(0.1), 'dynamic')") in new
+    plain = _legacy_programs.run(textwrap.dedent(GUIDE_TRAIN_STEP.replace(
+        "{policy}", "").replace(
+        "from tensorflow.keras.mixed_precision import experimental as mp",
+        "")), shim=False)["var"]
+    migrated = _legacy_programs.run(new, shim=False)["var"]
+    assert not np.allclose(plain, 1.0, atol=1e-2)
+    np.testing.assert_allclose(migrated, plain, rtol=1e-6)

@@ -408,8 +408,16 @@ def _compile_wrapper(ctx: Context, extra: List[cst.Arg]
     given without scaling calls (a custom `train_step`) as given, where the
     current class would take them as scaled. Its `loss_scale` is "dynamic"
     or the fixed scale; any other scaling keeps the current class.
+
+    So did TF 2.4-2.15's compile where the module's model has a
+    `train_step` of its own that calls no scaling method on its optimizer
+    (the "Customizing what happens in fit" guide's): TF 2.4-2.15's class
+    applied those gradients as given, as TF 2.4's class here does, where
+    Keras 3's rule (the current class) takes them as scaled.
     """
-    if not ctx.facts.sets_legacy_policy():
+    if not ctx.facts.sets_legacy_policy() and not (
+            ctx.train_steps
+            and not ctx.facts.model_optimizer_scaling_calls()):
         return _OPTIMIZER, extra
     given = {code(a.keyword): code(a.value) for a in extra
              if a.keyword is not None}

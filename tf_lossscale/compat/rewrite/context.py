@@ -38,6 +38,13 @@ class Context:
                 isinstance(item, cst.FunctionDef)
                 and item.name.value == "compile"
                 for item in node.body.body)]
+        # Classes of this module with a `train_step` of their own.
+        self.train_steps: List[str] = [
+            node.name.value for node in module.body
+            if isinstance(node, cst.ClassDef) and any(
+                isinstance(item, cst.FunctionDef)
+                and item.name.value == "train_step"
+                for item in node.body.body)]
         self._handled: Set[int] = set()
         # ids of the functions of calls (`f` in `f(...)`), as parsed.
         self.called: Set[int] = set()
