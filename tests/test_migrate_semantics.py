@@ -235,3 +235,22 @@ def test_compile_with_the_guides_train_step_trains_as_tf215_did():
     migrated = _legacy_programs.run(new, shim=False)["var"]
     assert not np.allclose(plain, 1.0, atol=1e-2)
     np.testing.assert_allclose(migrated, plain, rtol=1e-6)
+
+
+def test_a_large_module_parsed_in_pieces_is_rewritten_as_if_whole(
+        monkeypatch):
+    import _big_legacy_file
+
+    from tf_lossscale.compat import rewrite as rewriter
+    pieces = "".join(
+        f"# before {i}\n\n@decorate\ndef f{i}(x):\n    # inside\n"
+        f"    return x\n    # after the body\n# after {i}\n\n"
+        for i in range(40))
+    source = (_big_legacy_file.source(400).replace(
+        "def step_3(", pieces + "def step_3(") + "# the end\n")
+    whole = migrate.rewrite(source)
+    monkeypatch.setattr(rewriter, "CHUNK_LINES", 37)
+    assert len(rewriter._parse(source).body) > 40
+    assert rewriter._parse(source).code == source
+    assert migrate.rewrite(source) == whole
+    assert whole[0] != source

@@ -16,6 +16,7 @@ libcst keeps comments and formatting. Nothing here imports TensorFlow.
 
 from __future__ import annotations
 
+import ast
 import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -144,6 +145,52 @@ def _add_imports(module: cst.Module, modules: Sequence[str]) -> cst.Module:
                                body=[*top.body, *body[cut:]])
 
 
+# A module longer than twice this is parsed in pieces of about this many
+# lines: libcst's parser needs some 25 kB of memory per line while it
+# parses, the tree it gives a few.
+CHUNK_LINES = 2000
+_NEWLINE = re.compile(r"\r\n|\r|\n")
+
+
+def _parse(source: str) -> cst.Module:
+    """`cst.parse_module(source)`, a large module in pieces at top-level
+    statements (found by Python's own parser), joined into one tree whose
+    code is `source` (else it is parsed whole)."""
+    line_ends = [m.end() for m in _NEWLINE.finditer(source)]
+    if len(line_ends) < 2 * CHUNK_LINES:
+        return cst.parse_module(source)
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return cst.parse_module(source)  # Raises the error, with its line.
+    starts = [min([s.lineno, *(d.lineno for d in getattr(
+        s, "decorator_list", ()))]) for s in tree.body]
+    del tree
+    bounds = [1]
+    for start in starts:
+        if start - bounds[-1] >= CHUNK_LINES:
+            bounds.append(start)
+    offsets = [0, *line_ends]
+    texts = [source[offsets[a - 1]:offsets[b - 1]] for a, b in
+             zip(bounds, bounds[1:])] + [source[offsets[bounds[-1] - 1]:]]
+    pieces = [cst.parse_module(text) for text in texts]
+    first = pieces[0]
+    body = list(first.body)
+    for before, piece in zip(pieces, pieces[1:]):
+        if (piece.default_indent, piece.default_newline) != (
+                first.default_indent, first.default_newline) or (
+                not piece.body):
+            return cst.parse_module(source)
+        head = piece.body[0]
+        body.append(head.with_changes(leading_lines=[
+            *before.footer, *piece.header, *head.leading_lines]))
+        body += piece.body[1:]
+    module = first.with_changes(body=body, footer=pieces[-1].footer,
+                                has_trailing_newline=(
+                                    pieces[-1].has_trailing_newline))
+    return module if module.code == source else cst.parse_module(source)
+
+
 def rewrite(source: str) -> Tuple[str, List[Note]]:
     """Rewrites one module's legacy loss-scaling code; pure text to text.
 
@@ -162,7 +209,7 @@ def rewrite(source: str) -> Tuple[str, List[Note]]:
         # "\n" (no other "\n" is in the text) and give the "\r"s back.
         new, notes = rewrite(source.replace("\r", "\n"))
         return new.replace("\n", "\r"), notes
-    parsed = cst.parse_module(source)
+    parsed = _parse(source)
     # The module is not changed in place (the transformer makes new
     # nodes), so the wrapper need not copy it: its positions are those of
     # the nodes the rules see.
