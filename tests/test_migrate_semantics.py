@@ -254,3 +254,20 @@ def test_a_large_module_parsed_in_pieces_is_rewritten_as_if_whole(
     assert rewriter._parse(source).code == source
     assert migrate.rewrite(source) == whole
     assert whole[0] != source
+
+
+def test_policy_loss_scale_of_a_module_that_does_not_compile_is_reported():
+    legacy = """\
+        import tensorflow as tf
+        from tensorflow.keras.mixed_precision import experimental as mp
+        policy = mp.Policy('mixed_float16', loss_scale=128)
+        mp.set_policy(policy)
+        """
+    new, notes = _rewrite(legacy)
+    # compile is in another module: dropping 128 there would make Keras
+    # wrap with its dynamic default (32768), skipping the first steps.
+    assert [n.line for n in notes] == [3]
+    assert "Policy('mixed_float16', loss_scale=128)" in new
+    compiled, notes = _rewrite(legacy + "model.compile(optimizer='sgd')\n")
+    assert notes == []
+    assert "loss_scale" not in compiled

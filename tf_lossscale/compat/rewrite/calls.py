@@ -187,7 +187,9 @@ def _loss_scale_is_carried(ctx: Context, original: cst.Call,
     """True if dropping the policy's loss scale loses nothing.
 
     It is "auto" or the policy's default, or this policy is the one the
-    module sets and the compile rule wraps optimizers with its scale.
+    module sets and the compile rule wraps the optimizers of the module's
+    own `compile` calls with its scale (with no compile here, the scale
+    would be lost: reported).
     """
     try:
         policy = literal(original.args[bound["name"]].value)
@@ -198,8 +200,10 @@ def _loss_scale_is_carried(ctx: Context, original: cst.Call,
     except (KeyError, Unconvertible):
         pass
     scaling = ctx.facts.compile_scaling()
+    # Only where this module's compile carries it: a compile in another
+    # module would wrap with Keras' dynamic default instead.
     return id(original) in ctx.facts.scaling_sources and isinstance(
-        scaling, tuple)
+        scaling, tuple) and ctx.facts.compiles()
 
 
 # enable_/disable_mixed_precision_graph_rewrite.

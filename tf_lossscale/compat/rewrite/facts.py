@@ -580,6 +580,12 @@ class Facts(CompileScalingFacts):
     def may_be_policy(self, node: cst.BaseExpression) -> bool:
         return Kind.POLICY in self._possible_kinds(node)
 
+    def compiles(self) -> bool:
+        """True if the module calls a `.compile(...)` method."""
+        return any(isinstance(call.func, cst.Attribute)
+                   and call.func.attr.value == "compile"
+                   for call in self._syntax.calls)
+
     def is_conditional(self, call: cst.Call) -> bool:
         """True for a call in an `if`, loop or `except` of its scope."""
         return id(call) in self._syntax.conditional
