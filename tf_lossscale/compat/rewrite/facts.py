@@ -9,7 +9,11 @@ pass over the module:
 - `kind(expr)`: is it a Keras optimizer, a `tf.compat.v1` optimizer, a
   loss-scale optimizer (TF 2.1-2.3's experimental one in particular), a dtype
   policy, a string, or unknown? A name is what every assignment to it in the
-  module makes (by name, across scopes: a static approximation).
+  module that reaches it makes, the name found as Python finds it (its
+  function's, an enclosing function's, the module's; `global` honoured; a
+  parameter is unknown); `a.b` by its text across the module.
+- `qualified_name(node)` (on `_Syntax`): the imported name a dotted name
+  refers to, the same lookup, without libcst's scope metadata.
 - `compile_scaling()`: the loss scaling that `model.compile` added
   implicitly, from the global policies the module sets.
 - `reference(...)`: how to spell `tf.config` or `tf.keras` in this module.
