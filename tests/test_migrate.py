@@ -271,7 +271,7 @@ PAIRS = [
 
         policy = mixed_precision.Policy('mixed_float16')
         mixed_precision.set_global_policy(policy)
-        model.compile(optimizer=tf_lossscale.LossScaleOptimizer(tf.keras.optimizers.get('adam'), dynamic=False, initial_scale=1024), loss='mse')
+        model.compile(optimizer=tf_lossscale.experimental.LossScaleOptimizer(tf.keras.optimizers.get('adam'), 1024), loss='mse')
         """),
     ("compile_without_a_loss_scaling_policy_is_left", """\
         import tensorflow as tf
@@ -292,7 +292,7 @@ PAIRS = [
         opt = tf.train.experimental.enable_mixed_precision_graph_rewrite(
             opt, loss_scale=128)
         model.compile(optimizer=opt, loss='mse')
-        self.optimizer.minimize(loss, var_list, tape=tape)
+        opt.minimize(loss, var_list, tape=tape)
         tf.train.experimental.disable_mixed_precision_graph_rewrite()
         """, """\
         import tensorflow as tf
@@ -302,7 +302,7 @@ PAIRS = [
         tf.config.optimizer.set_experimental_options({'auto_mixed_precision': True})
         opt = tf_lossscale.LossScaleOptimizer(opt, dynamic=False, initial_scale=128)
         model.compile(optimizer=opt, loss='mse')
-        self.optimizer.minimize(loss, var_list, tape=tape)
+        opt.minimize(loss, var_list, tape=tape)
         tf.config.optimizer.set_experimental_options({'auto_mixed_precision': False})
         """),
     ("graph_rewrite_of_a_tf1_optimizer_imported_by_name", """\
@@ -694,8 +694,11 @@ def test_migrate_keeps_windows_newlines_and_the_encoding(tmp_path):
 def test_migrate_reports_unparsable_file(tmp_path, capsys):
     path = tmp_path / "broken.py"
     path.write_text("ls = tf.train.experimental.DynamicLossScale(\n")
-    assert cli.main(["migrate", str(path)]) == 1
-    assert capsys.readouterr().err.startswith(f"{path}:")
+    # A file it cannot parse is one it cannot migrate: exit 2 (issue 33),
+    # with Python's own message and line.
+    assert cli.main(["migrate", str(path)]) == 2
+    assert capsys.readouterr().err.startswith(
+        f"{path}:1: cannot parse: '(' was never closed\n")
 
 
 def test_migrate_missing_path_exits_2(tmp_path, capsys):

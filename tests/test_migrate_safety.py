@@ -311,9 +311,12 @@ def test_policy_chosen_by_a_conditional_is_followed_at_run_time(mixed,
                                                                  recwarn):
     source = textwrap.dedent(AUTOML_STYLE).format(mixed=mixed)
     new = _migrated(source)
-    assert ("optimizer=tf_lossscale.LossScaleOptimizer(tf.keras.optimizers."
-            "SGD(0.1)) if tf.keras.mixed_precision.global_policy().name == "
-            "'mixed_float16' else tf.keras.optimizers.SGD(0.1)") in new
+    # TF 2.3's policy API: compile wrapped in TF 2.3's class, which the
+    # shim runs as TF 2.4's (issue 33).
+    assert ("optimizer=tf_lossscale.experimental.LossScaleOptimizer("
+            "tf.keras.optimizers.SGD(0.1), 'dynamic') if tf.keras."
+            "mixed_precision.global_policy().name == 'mixed_float16' else "
+            "tf.keras.optimizers.SGD(0.1)") in new
     shim = _legacy_programs.run(source, shim=True)
     migrated = _legacy_programs.run(new, shim=False)
     assert (shim["wrapped"] != "SGD") == mixed

@@ -195,7 +195,28 @@ def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
 
     migrate = commands.add_parser(
         "migrate", help="rewrite legacy loss-scaling code to the current "
-        "API (a unified diff by default)")
+        "API (a unified diff by default)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Rewrite TF 2.1-2.15 loss-scaling code (tf.train."
+        "experimental.*LossScale,\ntf.keras.mixed_precision.experimental, "
+        "the graph rewrite, compile under a\nmixed_float16 policy) to "
+        "tf_lossscale and today's Keras, so that it runs without\n"
+        "the tf_lossscale.compat shim. Files without a loss-scaling name are "
+        "not parsed.",
+        epilog="examples:\n"
+        "  %(prog)s train.py\n"
+        "      print the diff of one file, change nothing\n"
+        "  %(prog)s --write src/ tests/\n"
+        "      rewrite two trees in place, naming each file written\n"
+        "\n"
+        "exit status:\n"
+        "  0  everything was converted\n"
+        "  1  something was left as it was: each such line on stderr as\n"
+        "     file:line: reason\n"
+        "  2  a path does not exist, or a file could not be read, parsed or "
+        "written:\n"
+        "     each on stderr as file: reason (every other file is still "
+        "migrated)")
     migrate.add_argument("paths", nargs="+", metavar="PATH",
                          help="Python files or folders to rewrite")
     migrate.add_argument("--write", action="store_true",

@@ -20,48 +20,198 @@ becomes::
 This module is the command line (files, diffs, exit code); the rules are in
 `tf_lossscale.compat.rewrite`. What cannot be converted statically is
 reported on stderr as `file:line: reason`, every occurrence, and the command
-then exits with 1. Neither imports TensorFlow.
+then exits with 1. A file that cannot be read, parsed or written (an
+encoding Python would refuse, a link to nothing, a syntax error, a read-only
+file under `--write`) gets one `file: reason` line, the others are still
+migrated, and the command exits with 2. `--write` replaces each file whole
+(a temporary file in its folder, then a rename) and names each file it
+wrote on stdout. Neither imports TensorFlow.
 """
 
 from __future__ import annotations
 
+import ast
+import codecs
 import difflib
+import io
+import os
+import stat
 import sys
+import tempfile
 import tokenize
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import libcst as cst
 
 from tf_lossscale.compat import legacy_names as table
 from tf_lossscale.compat.rewrite import Note, rewrite
 
-__all__ = ["Note", "line_map", "rewrite", "run"]
+__all__ = ["Note", "PROGRESS_FROM", "line_map", "rewrite", "run"]
+
+# A run over more files than this shows its progress on stderr, if that is
+# a terminal.
+PROGRESS_FROM = 300
+
+# Byte-order marks of encodings in which Python cannot read source at all.
+_WIDE_BOMS = ((codecs.BOM_UTF32_LE, "UTF-32"), (codecs.BOM_UTF32_BE, "UTF-32"),
+              (codecs.BOM_UTF16_LE, "UTF-16"), (codecs.BOM_UTF16_BE, "UTF-16"))
 
 
-def _python_files(paths: Sequence[str]) -> List[Path]:
-    """The .py files named by `paths`, folders searched recursively.
+class _Unusable(Exception):
+    """A file migrate cannot read, parse or write: `str(e)` is the
+    `file: reason` (or `file:line: reason`) line for it."""
 
-    Raises:
-      FileNotFoundError: a path does not exist.
+
+class _Files(NamedTuple):
+    """What the paths given name: the .py files to migrate, the `file:
+    reason` lines of those that cannot be, and folder links not followed."""
+
+    files: List[Path]
+    problems: List[str]
+    links_not_followed: List[Path]
+
+
+def _inside(path: Path, roots: Sequence[Path]) -> bool:
+    return any(path == root or root in path.parents for root in roots)
+
+
+def _walk(root: Path, roots: Sequence[Path], found: _Files) -> None:
+    """Adds the .py files under `root`.
+
+    A link to a folder is never followed (no loops; inside the tree its
+    target is searched as itself, one outside it is listed); a link to a file is not migrated either: inside the
+    tree its target is migrated under its own name, outside it the link
+    gets a line, as does a link to nothing. A folder named `x.py` is a
+    folder, searched like any other.
     """
-    files: List[Path] = []
+    for folder, dirs, names in os.walk(root, followlinks=False):
+        base = Path(folder)
+        dirs.sort()
+        found.links_not_followed.extend(
+            base / d for d in dirs if (base / d).is_symlink()
+            and not _inside((base / d).resolve(), roots))
+        for name in sorted(names):
+            path = base / name
+            if not name.endswith(".py"):
+                continue
+            if not path.is_symlink():
+                found.files.append(path)
+                continue
+            try:
+                target = path.resolve(strict=True)
+            except (OSError, RuntimeError):
+                found.problems.append(
+                    f"{path}: cannot read: a link to {os.readlink(path)}, "
+                    "which does not exist")
+                continue
+            if not _inside(target, roots):
+                found.problems.append(
+                    f"{path}: not migrated: a link to {target}, outside the "
+                    "folders given; migrate that file itself")
+
+
+def _python_files(paths: Sequence[str]) -> _Files:
+    """The .py files named by `paths`, folders searched recursively."""
+    found = _Files([], [], [])
+    roots = [Path(p).resolve() for p in paths if Path(p).is_dir()]
     for path in map(Path, paths):
         if path.is_dir():
-            files += sorted(path.rglob("*.py"))
+            _walk(path, roots, found)
         elif path.is_file():
-            files.append(path)
+            found.files.append(path)
+        elif path.is_symlink():
+            found.problems.append(f"{path}: cannot read: a link to "
+                                  f"{os.readlink(path)}, which does not exist")
         else:
-            raise FileNotFoundError(f"{path}: no such file or folder")
-    return files
+            found.problems.append(f"{path}: no such file or folder")
+    return found
 
 
 def _read(path: Path) -> Tuple[str, str]:
-    """The text of a Python file, newlines kept, and its encoding."""
-    with path.open("rb") as f:
-        encoding, _ = tokenize.detect_encoding(f.readline)
-    with path.open(encoding=encoding, newline="") as f:
-        return f.read(), encoding
+    """The text of a Python file, newlines kept, and its encoding (by its
+    byte-order mark or PEP 263 coding line, else UTF-8, as Python reads it).
+
+    Raises:
+      _Unusable: it cannot be read, or Python could not read it as source.
+    """
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise _Unusable(f"{path}: cannot read: {e.strerror}") from None
+    for bom, name in _WIDE_BOMS:
+        if data.startswith(bom):
+            raise _Unusable(
+                f"{path}: cannot read: {name} (it starts with a {name} "
+                "byte-order mark), which Python does not read source in; "
+                "save it as UTF-8 and migrate again")
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError as e:
+        # Also for bytes that are not UTF-8 on the first two lines.
+        encoding, error = "utf-8", str(e)
+    else:
+        error = ""
+    try:
+        text = data.decode(encoding)
+        if error:
+            raise _Unusable(f"{path}: cannot read: {error}")
+        return text, encoding
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise _Unusable(
+            f"{path}:{line}: cannot read: byte 0x{data[e.start]:02x} is not "
+            f"{encoding} and no coding line (PEP 263) names another "
+            "encoding") from None
+
+
+def _parse_error(path: Path, source: str, error: cst.ParserSyntaxError) -> str:
+    """`file:line: cannot parse: why`, in Python's words where Python
+    refuses the file too."""
+    try:
+        compile(source, str(path), "exec", ast.PyCF_ONLY_AST,
+                dont_inherit=True)
+    except SyntaxError as e:
+        return f"{path}:{e.lineno}: cannot parse: {e.msg}"
+    except ValueError as e:  # e.g. a NUL byte
+        return f"{path}: cannot parse: {e}"
+    message = " ".join(error.message.split())
+    return (f"{path}:{error.raw_line}: cannot parse: Python reads it, the "
+            f"rewriter's parser (libcst) does not: {message}")
+
+
+def _write(path: Path, text: str, encoding: str) -> None:
+    """Replaces the file with `text`, whole or not at all.
+
+    Raises:
+      _Unusable: it is read-only, or cannot be written; it is unchanged.
+    """
+    try:
+        data = text.encode(encoding)
+    except UnicodeEncodeError as e:
+        raise _Unusable(f"{path}: cannot write: {text[e.start]!r} cannot "
+                        f"be written in the file's encoding, {encoding}; "
+                        "nothing written") from None
+    target = path.resolve()  # A link named on the command line stays one.
+    try:
+        mode = stat.S_IMODE(target.stat().st_mode)
+        if not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH) or (
+                not os.access(target, os.W_OK)):
+            raise PermissionError(0, "the file is read-only")
+        fd, temporary = tempfile.mkstemp(
+            prefix=f".{target.name}.", suffix=".migrate", dir=target.parent)
+    except OSError as e:
+        raise _Unusable(f"{path}: cannot write: {e.strerror}; nothing "
+                        "written") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(temporary, mode)
+        os.replace(temporary, target)
+    except OSError as e:
+        os.unlink(temporary)
+        raise _Unusable(f"{path}: cannot write: {e.strerror}; nothing "
+                        "written") from None
 
 
 def _diff(path: Path, source: str, new: str) -> List[str]:
@@ -78,13 +228,16 @@ def migrate_file(path: Path, write: bool) -> Optional[List[str]]:
 
     Args:
       path: a Python file.
-      write: rewrite it in place (same encoding and newlines) instead of
-        printing a unified diff on stdout.
+      write: replace it (same encoding and newlines) instead of printing a
+        unified diff on stdout, and name it on stdout.
 
     Returns:
       `file:line: reason` for each thing left unconverted; None if the file
       was not parsed, its text holding no name the rewriter acts on
       (`legacy_names.may_hold_legacy_names`).
+
+    Raises:
+      _Unusable: the file cannot be read, parsed or written.
     """
     source, encoding = _read(path)
     if not table.may_hold_legacy_names(source):
@@ -92,11 +245,14 @@ def migrate_file(path: Path, write: bool) -> Optional[List[str]]:
     try:
         new, notes = rewrite(source)
     except cst.ParserSyntaxError as e:
-        return [f"{path}:{e.raw_line}: cannot parse: {e.message}"]
+        raise _Unusable(_parse_error(path, source, e)) from None
+    except RecursionError:
+        raise _Unusable(f"{path}: cannot parse: nested too deeply for the "
+                        "rewriter") from None
     if new != source:
         if write:
-            with path.open("w", encoding=encoding, newline="") as f:
-                f.write(new)
+            _write(path, new, encoding)
+            print(f"wrote {path}", flush=True)
         else:
             sys.stdout.writelines(_diff(path, source, new))
     if not (write and new != source):
@@ -129,6 +285,13 @@ def line_map(old: str, new: str) -> Dict[int, int]:
     return mapping
 
 
+def _progress(done: int, total: int) -> None:
+    sys.stderr.write(f"\rmigrate: {done}/{total} files" if done < total
+                     else "\r" + " " * (len(f"migrate: {total}/{total} "
+                                             "files")) + "\r")
+    sys.stderr.flush()
+
+
 def run(paths: Sequence[str], write: bool) -> int:
     """The `migrate` command.
 
@@ -137,27 +300,51 @@ def run(paths: Sequence[str], write: bool) -> int:
       write: rewrite the files in place instead of printing a unified diff.
 
     Returns:
-      0 if everything was converted, 1 if something was left (each reported
-      on stderr as `file:line: reason`), 2 if a path does not exist.
+      0 if everything was converted; 1 if something was left (each reported
+      on stderr as `file:line: reason`); 2 if a path does not exist or a
+      file could not be read, parsed or written (each reported as
+      `file: reason`; every other file is still migrated).
     """
-    try:
-        files = _python_files(paths)
-    except FileNotFoundError as e:
-        print(f"migrate: {e}", file=sys.stderr)
-        return 2
+    found = _python_files(paths)
+    files = found.files
+    problems = list(found.problems)
     left: List[str] = []
     skipped = 0
-    for path in files:
-        notes = migrate_file(path, write)
+    progress = len(files) > PROGRESS_FROM and sys.stderr.isatty()
+    step = max(1, len(files) // 100)
+    for i, path in enumerate(files):
+        if progress and i % step == 0:
+            _progress(i, len(files))
+        try:
+            notes = migrate_file(path, write)
+        except _Unusable as e:
+            problems.append(str(e))
+            continue
+        except Exception as e:  # A rewriter bug stops one file, not all.
+            problems.append(f"{path}: cannot migrate: the rewriter failed "
+                            f"({type(e).__name__}: {e}); please report it")
+            continue
         if notes is None:
             skipped += 1
         else:
             left += notes
-    for line in left:
+    if progress:
+        _progress(len(files), len(files))
+    for line in left + problems:
         print(line, file=sys.stderr)
     if skipped:
         print(f"migrate: {len(files) - skipped} of {len(files)} files parsed; "
               f"{skipped} skipped, their text holding none of "
               f"{', '.join(sorted(table.TEXT_NEEDLES))} (no loss scaling "
               "to migrate)", file=sys.stderr)
+    if found.links_not_followed:
+        print(f"migrate: {len(found.links_not_followed)} links to folders "
+              "outside the tree not followed (migrate those folders "
+              "themselves): "
+              f"{', '.join(map(str, found.links_not_followed))}",
+              file=sys.stderr)
+    if problems:
+        print(f"migrate: {len(problems)} files could not be migrated "
+              "(listed above); the others were", file=sys.stderr)
+        return 2
     return 1 if left else 0

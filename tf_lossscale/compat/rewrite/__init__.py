@@ -16,14 +16,17 @@ libcst keeps comments and formatting. Nothing here imports TensorFlow.
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence, Tuple, Union
+import ast
+import re
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import libcst as cst
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor, ImportItem
+from libcst.metadata import CodeRange, PositionProvider
 
 from tf_lossscale.compat.rewrite import calls, imports, loss_scale_reads, names
-from tf_lossscale.compat.rewrite.context import METADATA, Context
+from tf_lossscale.compat.rewrite.context import Context, Positions
 from tf_lossscale.compat.rewrite.syntax import Note
 
 __all__ = ["Note", "rewrite"]
@@ -32,18 +35,17 @@ __all__ = ["Note", "rewrite"]
 class _Transformer(cst.CSTTransformer):
     """Dispatches each node to the rules that apply to its kind."""
 
-    METADATA_DEPENDENCIES = METADATA
-
-    def __init__(self) -> None:
+    def __init__(self, positions: Positions) -> None:
         super().__init__()
         self.ctx: Optional[Context] = None
+        self._positions = positions
 
     def _context(self) -> Context:
         assert self.ctx is not None, "visit_Module sets it first"
         return self.ctx
 
     def visit_Module(self, node: cst.Module) -> None:
-        self.ctx = Context(node, self.get_metadata)
+        self.ctx = Context(node, self._positions)
 
     # Imports are rewritten whole, by statement line.
 
@@ -98,6 +100,13 @@ class _Transformer(cst.CSTTransformer):
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self._context()
+        ctx.called.add(id(node.func))
+        if isinstance(node.func, cst.Name) and node.func.value in (
+                "isinstance", "issubclass") and len(node.args) == 2:
+            classes = node.args[1].value
+            ctx.tested.update(
+                [id(e.value) for e in classes.elements] if isinstance(
+                    classes, cst.Tuple) else [id(classes)])
         calls.mark_handled(ctx, node)
         if loss_scale_reads.is_loss_scale_call(node):
             ctx.handle(node.func)
@@ -110,30 +119,76 @@ class _Transformer(cst.CSTTransformer):
         return calls.rewrite_call(ctx, original, updated)
 
 
-class _UsesTfLossscale(cst.CSTVisitor):
-    """Finds `tf_lossscale.X` references outside import statements."""
+# A use of `tf_lossscale.X` on a line that is no import statement.
+_USES_TF_LOSSSCALE = re.compile(
+    r"^(?![ \t]*(?:import|from)[ \t]).*\btf_lossscale\.", re.MULTILINE)
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.found = False
 
-    def visit_Import(self, node: cst.Import) -> bool:
-        return False
-
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
-        return False
-
-    def visit_Attribute(self, node: cst.Attribute) -> None:
-        if isinstance(node.value, cst.Name) and (
-                node.value.value == "tf_lossscale"):
-            self.found = True
+def _imports(statement: cst.BaseStatement) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and any(
+        isinstance(s, (cst.Import, cst.ImportFrom)) for s in statement.body)
 
 
 def _add_imports(module: cst.Module, modules: Sequence[str]) -> cst.Module:
+    """`module` with `import m` for each of `modules` it lacks, placed by
+    libcst's AddImportsVisitor, which is run on the module's top only (up
+    to the statement after its last top-level import: all it reads and
+    changes), not on every line of a large module."""
     if not modules:
         return module
-    return module.visit(AddImportsVisitor(
+    body = list(module.body)
+    last = max((i for i, s in enumerate(body) if _imports(s)), default=-1)
+    cut = min(len(body), last + 2)
+    top = module.with_changes(body=body[:cut]).visit(AddImportsVisitor(
         CodemodContext(), [ImportItem(m) for m in modules]))
+    return module.with_changes(header=top.header,
+                               body=[*top.body, *body[cut:]])
+
+
+# A module longer than twice this is parsed in pieces of about this many
+# lines: libcst's parser needs some 25 kB of memory per line while it
+# parses, the tree it gives a few.
+CHUNK_LINES = 2000
+_NEWLINE = re.compile(r"\r\n|\r|\n")
+
+
+def _parse(source: str) -> cst.Module:
+    """`cst.parse_module(source)`, a large module in pieces at top-level
+    statements (found by Python's own parser), joined into one tree whose
+    code is `source` (else it is parsed whole)."""
+    line_ends = [m.end() for m in _NEWLINE.finditer(source)]
+    if len(line_ends) < 2 * CHUNK_LINES:
+        return cst.parse_module(source)
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return cst.parse_module(source)  # Raises the error, with its line.
+    starts = [min([s.lineno, *(d.lineno for d in getattr(
+        s, "decorator_list", ()))]) for s in tree.body]
+    del tree
+    bounds = [1]
+    for start in starts:
+        if start - bounds[-1] >= CHUNK_LINES:
+            bounds.append(start)
+    offsets = [0, *line_ends]
+    texts = [source[offsets[a - 1]:offsets[b - 1]] for a, b in
+             zip(bounds, bounds[1:])] + [source[offsets[bounds[-1] - 1]:]]
+    pieces = [cst.parse_module(text) for text in texts]
+    first = pieces[0]
+    body = list(first.body)
+    for before, piece in zip(pieces, pieces[1:]):
+        if (piece.default_indent, piece.default_newline) != (
+                first.default_indent, first.default_newline) or (
+                not piece.body):
+            return cst.parse_module(source)
+        head = piece.body[0]
+        body.append(head.with_changes(leading_lines=[
+            *before.footer, *piece.header, *head.leading_lines]))
+        body += piece.body[1:]
+    module = first.with_changes(body=body, footer=pieces[-1].footer,
+                                has_trailing_newline=(
+                                    pieces[-1].has_trailing_newline))
+    return module if module.code == source else cst.parse_module(source)
 
 
 def rewrite(source: str) -> Tuple[str, List[Note]]:
@@ -149,15 +204,32 @@ def rewrite(source: str) -> Tuple[str, List[Note]]:
     Raises:
       libcst.ParserSyntaxError: `source` is not valid Python.
     """
-    wrapper = cst.MetadataWrapper(cst.parse_module(source))
-    transformer = _Transformer()
-    module = wrapper.visit(transformer)
+    if "\r" in source and "\n" not in source:
+        # Old Mac newlines: libcst drops the file's last one; parse it with
+        # "\n" (no other "\n" is in the text) and give the "\r"s back.
+        new, notes = rewrite(source.replace("\r", "\n"))
+        return new.replace("\n", "\r"), notes
+    parsed = _parse(source)
+    # The module is not changed in place (the transformer makes new
+    # nodes), so the wrapper need not copy it: its positions are those of
+    # the nodes the rules see.
+    wrapper = cst.MetadataWrapper(parsed, unsafe_skip_copy=True)
+    positions: Dict[str, Mapping[cst.CSTNode, CodeRange]] = {}
+
+    def resolve() -> Mapping[cst.CSTNode, CodeRange]:
+        if "found" not in positions:
+            positions["found"] = wrapper.resolve(PositionProvider)
+        return positions["found"]
+
+    transformer = _Transformer(resolve)
+    module = parsed.visit(transformer)
     ctx = transformer._context()
-    if module.code == source:
+    text = module.code
+    if text == source:
         return source, sorted(ctx.notes)
-    needed: List[Any] = sorted(ctx.facts.imports_needed)
-    uses = _UsesTfLossscale()
-    module.visit(uses)
-    if uses.found:
+    needed: Any = sorted(ctx.facts.imports_needed)
+    if _USES_TF_LOSSSCALE.search(text):
         needed.append("tf_lossscale")
+    if not needed:
+        return text, sorted(ctx.notes)
     return _add_imports(module, needed).code, sorted(ctx.notes)

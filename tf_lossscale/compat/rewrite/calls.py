@@ -187,7 +187,9 @@ def _loss_scale_is_carried(ctx: Context, original: cst.Call,
     """True if dropping the policy's loss scale loses nothing.
 
     It is "auto" or the policy's default, or this policy is the one the
-    module sets and the compile rule wraps optimizers with its scale.
+    module sets and the compile rule wraps the optimizers of the module's
+    own `compile` calls with its scale (with no compile here, the scale
+    would be lost: reported).
     """
     try:
         policy = literal(original.args[bound["name"]].value)
@@ -198,8 +200,10 @@ def _loss_scale_is_carried(ctx: Context, original: cst.Call,
     except (KeyError, Unconvertible):
         pass
     scaling = ctx.facts.compile_scaling()
+    # Only where this module's compile carries it: a compile in another
+    # module would wrap with Keras' dynamic default instead.
     return id(original) in ctx.facts.scaling_sources and isinstance(
-        scaling, tuple)
+        scaling, tuple) and ctx.facts.compiles()
 
 
 # enable_/disable_mixed_precision_graph_rewrite.
@@ -292,7 +296,8 @@ def _compile(ctx: Context, original: cst.Call, updated: cst.Call) -> cst.Call:
         return _with_default_optimizer(ctx, updated, extra, scaling)
     value = original.args[index].value
     if isinstance(value, cst.IfExp) and any(
-            ctx.facts.kind(branch) is Kind.LOSS_SCALE_OPTIMIZER
+            ctx.facts.kind(branch) in (Kind.LOSS_SCALE_OPTIMIZER,
+                                       Kind.EXPERIMENTAL_OPTIMIZER)
             for branch in (value.body, value.orelse)):
         return updated  # Wrapped where the policy scales (migrated code).
     wrapped = _wrapped(ctx, updated.args[index].value, ctx.facts.kind(value),
@@ -379,12 +384,13 @@ def _wrapped(ctx: Context, value: cst.BaseExpression, kind: Kind,
 def _wrap(ctx: Context, value: cst.BaseExpression, kind: Kind,
           extra: List[cst.Arg]) -> cst.BaseExpression:
     """`value` (an optimizer, a name of one, or either) in our wrapper."""
+    wrapper, extra = _compile_wrapper(ctx, extra)
     if kind is Kind.KERAS_OPTIMIZER:
-        return _call(_OPTIMIZER, [cst.Arg(value), *extra])
+        return _call(wrapper, [cst.Arg(value), *extra])
     get = f"{ctx.facts.reference('keras.optimizers.get')}"
     resolved = _call(get, [cst.Arg(value)])
     if kind is Kind.STRING:
-        return _call(_OPTIMIZER, [cst.Arg(resolved), *extra])
+        return _call(wrapper, [cst.Arg(resolved), *extra])
     if not isinstance(value, (cst.Name, cst.Attribute)):
         raise Unconvertible(
             f"the rewriter cannot tell whether {code(value)} is already a "
@@ -393,4 +399,36 @@ def _wrap(ctx: Context, value: cst.BaseExpression, kind: Kind,
     # Either, at run time: keep a loss-scale optimizer, wrap anything else.
     check = cst.parse_expression(f"isinstance({code(value)}, {_OPTIMIZER})")
     return cst.IfExp(test=check, body=value,
-                     orelse=_call(_OPTIMIZER, [cst.Arg(resolved), *extra]))
+                     orelse=_call(wrapper, [cst.Arg(resolved), *extra]))
+
+
+def _compile_wrapper(ctx: Context, extra: List[cst.Arg]
+                     ) -> Tuple[str, List[cst.Arg]]:
+    """The class compile wrapped in, and its arguments after the optimizer.
+
+    Under a TF 2.1-2.3 policy (`mixed_precision.experimental.set_policy`)
+    compile wrapped in TF 2.1-2.3's class, which the shim runs as TF 2.4's
+    (`tf_lossscale.experimental.LossScaleOptimizer`): it applies gradients
+    given without scaling calls (a custom `train_step`) as given, where the
+    current class would take them as scaled. Its `loss_scale` is "dynamic"
+    or the fixed scale; any other scaling keeps the current class.
+
+    So did TF 2.4-2.15's compile where the module's model has a
+    `train_step` of its own that calls no scaling method on its optimizer
+    (the "Customizing what happens in fit" guide's): TF 2.4-2.15's class
+    applied those gradients as given, as TF 2.4's class here does, where
+    Keras 3's rule (the current class) takes them as scaled.
+    """
+    if not ctx.facts.sets_legacy_policy() and not (
+            ctx.train_steps
+            and not ctx.facts.model_optimizer_scaling_calls()):
+        return _OPTIMIZER, extra
+    given = {code(a.keyword): code(a.value) for a in extra
+             if a.keyword is not None}
+    if not given:
+        return _DEPRECATED, [cst.Arg(cst.SimpleString("'dynamic'"))]
+    if set(given) == {"dynamic", "initial_scale"} and (
+            given["dynamic"] == "False"):
+        return _DEPRECATED, [cst.Arg(cst.parse_expression(
+            given["initial_scale"]))]
+    return _OPTIMIZER, extra

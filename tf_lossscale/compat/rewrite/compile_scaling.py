@@ -64,6 +64,9 @@ class CompileScalingFacts:
     def _calls(self) -> List[cst.Call]:
         raise NotImplementedError
 
+    def is_conditional(self, call: cst.Call) -> bool:
+        raise NotImplementedError
+
     def reaching(self, node: cst.BaseExpression) -> List[cst.BaseExpression]:
         raise NotImplementedError
 
@@ -72,8 +75,11 @@ class CompileScalingFacts:
 
         From every call in the module that sets the global policy: none
         (no such call, or only policies without loss scaling), one set of
-        optimizer arguments, or `Scaling.UNKNOWN` (a policy the rewriter
-        cannot read, or two policies that scale differently).
+        optimizer arguments, dynamic scaling if the policy is mixed_float16
+        at run time (a name chosen at run time, or a policy set in one
+        branch only: `if flags.fp16: set_policy(...)`), or
+        `Scaling.UNKNOWN` (a policy the rewriter cannot read, or two
+        policies that scale differently).
         """
         if self._scaling is None:
             self._scaling = self._compile_scaling()
@@ -84,7 +90,14 @@ class CompileScalingFacts:
         for call in self._calls():
             name = self._name_of(call.func)
             if name in table.POLICY_SETTERS and call.args:
-                found.add(self._set_scaling(call.args[0].value))
+                scaling = self._set_scaling(call.args[0].value)
+                if self.is_conditional(call) and scaling != Scaling.NONE:
+                    # Set in one branch only: compile wrapped when the
+                    # policy in force was mixed_float16, which the wrapper
+                    # then tests at run time; other scalings it cannot.
+                    scaling = (Scaling.IF_MIXED_FLOAT16 if scaling in (
+                        (), Scaling.IF_MIXED_FLOAT16) else Scaling.UNKNOWN)
+                found.add(scaling)
         found.discard(Scaling.NONE)
         if len(found) > 1:
             return Scaling.UNKNOWN

@@ -2,27 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Set
+from typing import Callable, List, Mapping, Optional, Set
 
 import libcst as cst
-from libcst.metadata import (
-    ExpressionContext,
-    ExpressionContextProvider,
-    PositionProvider,
-    QualifiedNameProvider,
-    QualifiedNameSource,
-)
+from libcst.metadata import CodeRange
 
 from tf_lossscale.compat import legacy_names as table
 from tf_lossscale.compat.rewrite.facts import Facts, collect
 from tf_lossscale.compat.rewrite.syntax import Note
 
-__all__ = ["Context", "METADATA"]
+__all__ = ["Context", "Positions"]
 
-# The metadata the rules read, resolved once per module.
-METADATA = (QualifiedNameProvider, PositionProvider, ExpressionContextProvider)
-
-GetMetadata = Callable[..., Any]
+# The positions of the module's nodes, resolved (once) on the first note:
+# most modules get none, and resolving them is a pass over the whole tree.
+Positions = Callable[[], Mapping[cst.CSTNode, CodeRange]]
 
 
 class Context:
@@ -30,13 +23,14 @@ class Context:
 
     Args:
       module: the module as parsed (the rules see its nodes as `original`).
-      get_metadata: the transformer's `get_metadata`.
+      positions: where each of its nodes is.
     """
 
-    def __init__(self, module: cst.Module, get_metadata: GetMetadata) -> None:
-        self._get_metadata = get_metadata
+    def __init__(self, module: cst.Module, positions: Positions) -> None:
+        self._positions = positions
         self.notes: List[Note] = []
-        self.facts = Facts(collect(module), self.name_of)
+        self._syntax = collect(module)
+        self.facts = Facts(self._syntax, self.name_of)
         # Classes of this module with a `compile` of their own.
         self.compile_overrides: List[str] = [
             node.name.value for node in module.body
@@ -44,7 +38,18 @@ class Context:
                 isinstance(item, cst.FunctionDef)
                 and item.name.value == "compile"
                 for item in node.body.body)]
+        # Classes of this module with a `train_step` of their own.
+        self.train_steps: List[str] = [
+            node.name.value for node in module.body
+            if isinstance(node, cst.ClassDef) and any(
+                isinstance(item, cst.FunctionDef)
+                and item.name.value == "train_step"
+                for item in node.body.body)]
         self._handled: Set[int] = set()
+        # ids of the functions of calls (`f` in `f(...)`), as parsed.
+        self.called: Set[int] = set()
+        # ids of the classes `isinstance`/`issubclass` test against.
+        self.tested: Set[int] = set()
         # Whether the lines a left compile makes fail are named already.
         self.model_scaling_noted = False
         self._statements: List[List[cst.BaseStatement]] = []
@@ -52,22 +57,18 @@ class Context:
     def name_of(self, node: cst.CSTNode) -> Optional[str]:
         """The imported name `node` refers to, e.g. tensorflow.train.x, in
         the spelling of the legacy table (`legacy_names.canonical`)."""
-        names = self._get_metadata(QualifiedNameProvider, node, set())
-        for qualified in sorted(names, key=lambda q: q.name):
-            if qualified.source is QualifiedNameSource.IMPORT:
-                return table.canonical(qualified.name)
-        return None
+        name = self._syntax.qualified_name(node)
+        return None if name is None else table.canonical(name)
 
     def is_read(self, node: cst.CSTNode) -> bool:
         """False for an assignment target or a `del`."""
-        return self._get_metadata(ExpressionContextProvider, node,
-                                  ExpressionContext.LOAD) is (
-            ExpressionContext.LOAD)
+        return id(node) not in self._syntax.stores
 
     def note(self, node: cst.CSTNode, reason: str) -> None:
         """Records that `node`'s line was left unconverted, and why."""
-        line = self._get_metadata(PositionProvider, node).start.line
-        self.notes.append(Note(line, reason))
+        line = self._positions()[node].start.line
+        # One line of report: code quoted in the reason may span several.
+        self.notes.append(Note(line, " ".join(reason.split())))
 
     # Nodes a call rule rewrites whole, which the name rules then skip.
 

@@ -9,7 +9,11 @@ pass over the module:
 - `kind(expr)`: is it a Keras optimizer, a `tf.compat.v1` optimizer, a
   loss-scale optimizer (TF 2.1-2.3's experimental one in particular), a dtype
   policy, a string, or unknown? A name is what every assignment to it in the
-  module makes (by name, across scopes: a static approximation).
+  module that reaches it makes, the name found as Python finds it (its
+  function's, an enclosing function's, the module's; `global` honoured; a
+  parameter is unknown); `a.b` by its text across the module.
+- `qualified_name(node)` (on `_Syntax`): the imported name a dotted name
+  refers to, the same lookup, without libcst's scope metadata.
 - `compile_scaling()`: the loss scaling that `model.compile` added
   implicitly, from the global policies the module sets.
 - `reference(...)`: how to spell `tf.config` or `tf.keras` in this module.
@@ -17,6 +21,7 @@ pass over the module:
 
 from __future__ import annotations
 
+import bisect
 import enum
 from typing import (
     Callable,
@@ -84,29 +89,53 @@ class _Assignment(NamedTuple):
     blocks: Tuple[int, ...]  # ids of the blocks it is in, outermost first.
 
 
-class _Syntax(cst.CSTVisitor):
-    """One pass over the module: assignments, calls and module aliases.
+# What a parameter, loop or `with` target is bound to: nothing known.
+_UNKNOWN_VALUE = cst.Ellipsis()
+_MODULE = 0  # The module's scope; a function's or class's is its node id.
+# A binding: (scope, name) for a name; (-1, text) for `a.b` (by text).
+Binding = Tuple[int, str]
 
-    Each name, attribute and call gets an order (visit order) and its
-    enclosing blocks, so that `Facts` can tell which assignments reach it.
+
+class _Syntax(cst.CSTVisitor):
+    """One pass over the module: bindings, calls and module aliases.
+
+    Each name, attribute and call gets an order (visit order), its enclosing
+    blocks and its scope, so that `Facts` can tell which assignments reach
+    it: a name is looked up as Python does (the function's own, then the
+    enclosing functions', then the module's; `global` honoured), an
+    attribute `a.b` by its text across the module.
     """
 
     def __init__(self) -> None:
         super().__init__()
-        self.assigned: Dict[str, List[_Assignment]] = {}
+        self.assigned: Dict[Binding, List[_Assignment]] = {}
         self.calls: List[cst.Call] = []
-        # id(call) -> the targets of the assignment it is in, if any.
-        self.call_targets: Dict[int, Tuple[str, ...]] = {}
-        self._targets: List[Tuple[str, ...]] = []
+        # id(call) -> the bindings of the assignment it is in, if any.
+        self.call_targets: Dict[int, Tuple[Binding, ...]] = {}
+        self._targets: List[Tuple[Binding, ...]] = []
         self.aliases: Dict[str, str] = {}  # local name -> module imported
-        self.positions: Dict[int, Tuple[int, Tuple[int, ...]]] = {}
+        self.positions: Dict[int, Tuple[int, Tuple[int, ...], int]] = {}
         self._blocks: List[int] = []
         self._order = 0
         self._depth = 0  # of function and class bodies
+        self._scopes: List[int] = [_MODULE]
+        self.parent: Dict[int, int] = {}
+        self.classes: Set[int] = set()
+        self.globals: Dict[int, Set[str]] = {}
+        # ids of the calls in a branch (if, loop, except) of their scope.
+        self.conditional: Set[int] = set()
+        self._branches: List[int] = [0]
+        # Names bound by import statements (any scope) -> modules.
+        self.imported: Dict[Binding, Set[str]] = {}
+        # ids of the expressions assigned to or deleted (not read).
+        self.stores: Set[int] = set()
+        # ids of Name nodes that name no variable (`b` in `a.b`, keywords).
+        self.not_names: Set[int] = set()
 
     def _mark(self, node: cst.CSTNode) -> None:
         self._order += 1
-        self.positions[id(node)] = (self._order, tuple(self._blocks))
+        self.positions[id(node)] = (self._order, tuple(self._blocks),
+                                    self._scopes[-1])
 
     def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
         self._blocks.append(id(node))
@@ -114,70 +143,245 @@ class _Syntax(cst.CSTVisitor):
     def leave_IndentedBlock(self, node: cst.IndentedBlock) -> None:
         self._blocks.pop()
 
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+    def _enter_scope(self, node: cst.CSTNode) -> None:
         self._depth += 1
+        self._branches.append(0)
+        self.parent[id(node)] = self._scopes[-1]
+        self._scopes.append(id(node))
+
+    def _leave_scope(self) -> None:
+        self._depth -= 1
+        self._branches.pop()
+        self._scopes.pop()
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._enter_scope(node)
 
     def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self._depth -= 1
+        self._leave_scope()
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self._depth += 1
+        self._enter_scope(node)
+        self.classes.add(id(node))
 
     def leave_ClassDef(self, node: cst.ClassDef) -> None:
-        self._depth -= 1
+        self._leave_scope()
+
+    def visit_Global(self, node: cst.Global) -> None:
+        self.globals.setdefault(self._scopes[-1], set()).update(
+            item.name.value for item in node.names)
+
+    def visit_Param(self, node: cst.Param) -> None:
+        self._bind(node.name, _UNKNOWN_VALUE)
 
     def visit_Name(self, node: cst.Name) -> None:
         self._mark(node)
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         self._mark(node)
+        self.not_names.add(id(node.attr))
+
+    def visit_Arg(self, node: cst.Arg) -> None:
+        if node.keyword is not None:
+            self.not_names.add(id(node.keyword))
+
+    def _enter_branch(self, node: cst.CSTNode) -> None:
+        self._branches[-1] += 1
+
+    def _leave_branch(self, node: cst.CSTNode) -> None:
+        self._branches[-1] -= 1
+
+    def visit_If(self, node: cst.If) -> None:
+        self._enter_branch(node)
+
+    def leave_If(self, node: cst.If) -> None:
+        self._leave_branch(node)
+
+    def visit_While(self, node: cst.While) -> None:
+        self._enter_branch(node)
+
+    def leave_While(self, node: cst.While) -> None:
+        self._leave_branch(node)
+
+    def visit_For(self, node: cst.For) -> None:
+        self._enter_branch(node)
+
+    def visit_ExceptHandler(self, node: cst.ExceptHandler) -> None:
+        self._enter_branch(node)
+
+    def leave_ExceptHandler(self, node: cst.ExceptHandler) -> None:
+        self._leave_branch(node)
 
     def visit_Call(self, node: cst.Call) -> None:
         self._mark(node)
         self.calls.append(node)
+        if self._branches[-1]:
+            self.conditional.add(id(node))
         if self._targets:
             self.call_targets[id(node)] = self._targets[-1]
 
+    def _binding(self, target: cst.BaseExpression) -> Optional[Binding]:
+        """Where assigning to `target` here binds it."""
+        if isinstance(target, cst.Name):
+            scope = self._scopes[-1]
+            if target.value in self.globals.get(scope, ()):
+                scope = _MODULE
+            return scope, target.value
+        if isinstance(target, cst.Attribute):
+            return -1, code(target)
+        return None
+
     def visit_Assign(self, node: cst.Assign) -> None:
-        self._targets.append(tuple(code(t.target) for t in node.targets))
+        self._targets.append(tuple(
+            b for b in map(self._binding, (t.target for t in node.targets))
+            if b is not None))
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-        self._targets.append((code(node.target),))
+        self._store(node.target)
+        binding = self._binding(node.target)
+        self._targets.append(() if binding is None else (binding,))
 
     def leave_Assign(self, node: cst.Assign) -> None:
         self._targets.pop()
         for target in node.targets:
-            self._assign(target.target, node.value)
+            self._bind(target.target, node.value)
 
     def leave_AnnAssign(self, node: cst.AnnAssign) -> None:
         self._targets.pop()
         if node.value is not None:
-            self._assign(node.target, node.value)
+            self._bind(node.target, node.value)
 
-    def _assign(self, target: cst.BaseExpression,
-                value: cst.BaseExpression) -> None:
-        if isinstance(target, (cst.Name, cst.Attribute)):
+    def leave_For(self, node: cst.For) -> None:
+        self._leave_branch(node)
+        self._store(node.target)
+        self._bind_all(node.target)
+
+    def leave_WithItem(self, node: cst.WithItem) -> None:
+        if node.asname is not None:
+            self._store(node.asname.name)
+            self._bind_all(node.asname.name)
+
+    def _bind_all(self, target: cst.BaseExpression) -> None:
+        """Binds every name of a loop or `with` target to nothing known."""
+        if isinstance(target, (cst.Tuple, cst.List)):
+            for element in target.elements:
+                self._bind_all(element.value)
+        else:
+            self._bind(target, _UNKNOWN_VALUE)
+
+    def _bind(self, target: cst.BaseExpression,
+              value: cst.BaseExpression) -> None:
+        binding = self._binding(target)
+        if binding is not None:
             self._order += 1
-            self.assigned.setdefault(code(target), []).append(
+            self.assigned.setdefault(binding, []).append(
                 _Assignment(value, self._order, tuple(self._blocks)))
 
-    def visit_Import(self, node: cst.Import) -> None:
-        if self._depth:
-            return
+    def scope_of(self, name: str, scope: int) -> Optional[int]:
+        """The scope a read of `name` in `scope` finds it bound in."""
+        if name in self.globals.get(scope, ()):
+            scope = _MODULE
+        first = True
+        while True:
+            if (scope, name) in self.assigned and (
+                    first or scope not in self.classes):
+                return scope
+            if scope == _MODULE:
+                return None
+            scope, first = self.parent[scope], False
+
+    def binding_of(self, node: cst.BaseExpression) -> Optional[Binding]:
+        """The binding a read of `node` (a name or `a.b`) refers to."""
+        if isinstance(node, cst.Attribute):
+            return -1, code(node)
+        if not isinstance(node, cst.Name):
+            return None
+        position = self.positions.get(id(node))
+        if position is None:
+            return None
+        scope = self.scope_of(node.value, position[2])
+        return None if scope is None else (scope, node.value)
+
+    def _import(self, local: str, module: str) -> None:
+        self.imported.setdefault(
+            self._binding(cst.Name(local)) or (_MODULE, local),
+            set()).add(module)
+        if not self._depth:
+            self.aliases[local] = module
+
+    def visit_Import(self, node: cst.Import) -> bool:
         for alias in node.names:
             module = code(alias.name)
             if alias.asname is not None:
-                self.aliases[code(alias.asname.name)] = module
-            elif "." not in module:
-                self.aliases[module] = module
+                self._import(code(alias.asname.name), module)
+            else:
+                head = module.split(".")[0]
+                self._import(head, head)
+        return False
 
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-        if self._depth or node.relative or node.module is None or (
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        if node.relative or node.module is None or (
                 isinstance(node.names, cst.ImportStar)):
-            return
+            return False
         for alias in node.names:
             local = code(alias.asname.name if alias.asname else alias.name)
-            self.aliases[local] = f"{code(node.module)}.{code(alias.name)}"
+            self._import(local, f"{code(node.module)}.{code(alias.name)}")
+        return False
+
+    def qualified_name(self, node: cst.CSTNode) -> Optional[str]:
+        """The imported name `node` refers to (`tensorflow.train.X` for
+        `tf.train.X` after `import tensorflow as tf`), as Python would find
+        the name it starts with; None if that is not bound by an import."""
+        if isinstance(node, cst.Name):
+            position = self.positions.get(id(node))
+            if position is None or id(node) in self.not_names:
+                return None
+            scope = self._import_scope(node.value, position[2])
+            if scope is None:
+                return None
+            return min(self.imported[(scope, node.value)])
+        if isinstance(node, cst.Attribute):
+            value = node.value
+            while isinstance(value, (cst.Call, cst.Subscript)):
+                value = value.func if isinstance(value, cst.Call) else (
+                    value.value)
+            head = self.qualified_name(value)
+            return None if head is None else f"{head}.{node.attr.value}"
+        return None
+
+    def _import_scope(self, name: str, scope: int) -> Optional[int]:
+        """The scope whose import binds `name` read in `scope`, if any."""
+        if name in self.globals.get(scope, ()):
+            scope = _MODULE
+        first = True
+        while True:
+            if first or scope not in self.classes:
+                if (scope, name) in self.imported:
+                    return scope
+                if (scope, name) in self.assigned:
+                    return None  # bound here, and not by an import
+            if scope == _MODULE:
+                return None
+            scope, first = self.parent[scope], False
+
+    # Stores: what `Context.is_read` tells from a read.
+
+    def _store(self, target: cst.BaseExpression) -> None:
+        self.stores.add(id(target))
+        if isinstance(target, (cst.Tuple, cst.List)):
+            for element in target.elements:
+                self._store(element.value)
+        elif isinstance(target, cst.StarredElement):
+            self._store(target.value)
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        self._store(node.target)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self._store(node.target)
+
+    def visit_Del(self, node: cst.Del) -> None:
+        self._store(node.target)
 
 
 def collect(module: cst.Module) -> _Syntax:
@@ -201,6 +405,10 @@ class Facts(CompileScalingFacts):
         self._scaling: Optional[CompileScaling] = None
         self.scaling_sources: Set[int] = set()  # ids of Policy calls set
         self.imports_needed: Set[str] = set()
+        self._orders: Dict[Binding, List[int]] = {}
+        self._scaled: Optional[Set[Binding]] = None
+        self._model_scaling: List[cst.Call] = []
+        self._legacy_policy: Optional[bool] = None
 
     def _calls(self) -> List[cst.Call]:
         return self._syntax.calls
@@ -263,19 +471,28 @@ class Facts(CompileScalingFacts):
         return Kind.UNKNOWN
 
     def reaching(self, node: cst.BaseExpression) -> List[cst.BaseExpression]:
-        """The values assigned to `node`'s name that may reach `node`.
+        """The values assigned to `node`'s binding that may reach `node`.
 
-        The assignments before it, latest first, up to the first one in a
-        block that encloses `node` (which always runs first); all of them if
-        none comes before (say, a global read in a function defined above).
-        A static approximation: by name, across scopes.
+        A name's binding is found as Python finds it (its function's, an
+        enclosing function's, the module's); `a.b` is one binding per text
+        across the module. Of its assignments: those before `node`, latest
+        first, up to the first one in a block that encloses `node` (which
+        always runs first); all of them if none comes before (say, a global
+        read in a function defined above). A parameter, loop or `with`
+        target counts as an assignment of something unknown.
         """
-        assignments = self._syntax.assigned.get(code(node), [])
+        binding = self._syntax.binding_of(node)
+        if binding is None:
+            return []
+        assignments = self._syntax.assigned.get(binding)
+        if not assignments:
+            return []
         position = self._syntax.positions.get(id(node))
         if position is None:
             return [a.value for a in assignments]
-        order, blocks = position
-        before = [a for a in assignments if a.order < order]
+        order, blocks, _ = position
+        # Assignments are recorded in visit order: the ones before `node`.
+        before = assignments[:self._before(binding, order)]
         if not before:
             return [a.value for a in assignments]
         reaching = []
@@ -284,6 +501,13 @@ class Facts(CompileScalingFacts):
             if blocks[:len(assignment.blocks)] == assignment.blocks:
                 break
         return reaching
+
+    def _before(self, binding: Binding, order: int) -> int:
+        orders = self._orders.get(binding)
+        if orders is None:
+            orders = self._orders[binding] = [
+                a.order for a in self._syntax.assigned[binding]]
+        return bisect.bisect_left(orders, order)
 
     def is_loss_scale_optimizer(self, node: cst.BaseExpression) -> bool:
         """True if `node` makes a loss-scale optimizer here, as far as the
@@ -316,32 +540,41 @@ class Facts(CompileScalingFacts):
         """True if the module calls a scaling method on what `call` makes.
 
         `get_scaled_loss`, `get_unscaled_gradients` or `minimize` on the
-        name `call` is assigned to, or on a model's `.optimizer` (assigned
-        nowhere in the module), which may hold it. Only then
-        does the current class train as the experimental one did: the two
-        differ on gradients applied with neither scaling call (TF 2.4's
-        class took them as unscaled, Keras 3's flavour takes them as
-        scaled).
+        binding `call` is assigned to: the same variable, as Python finds
+        names (a same-named variable of another function is another one).
+        Only then does the current class train as the experimental one did:
+        the two differ on gradients applied with neither scaling call
+        (TF 2.4's class took them as unscaled, Keras 3's flavour takes them
+        as scaled). A scaling call on a model's `.optimizer` does not count:
+        the rewriter cannot tell which optimizer that is, and TF 2.4's class
+        (what the rewriter writes otherwise) trains as the legacy one on
+        both kinds of gradients.
         """
-        targets = set(self._syntax.call_targets.get(id(call), ()))
-        for other in self._syntax.calls:
-            func = other.func
-            if not (isinstance(func, cst.Attribute)
-                    and func.attr.value in _SCALING_METHODS):
-                continue
-            receiver = func.value
-            if code(receiver) in targets or self._is_models_optimizer(
-                    receiver):
-                return True
-        return False
+        targets = self._syntax.call_targets.get(id(call), ())
+        return any(t in self._scaled_bindings() for t in targets)
+
+    def _scaled_bindings(self) -> Set[Binding]:
+        """The bindings a scaling method is called on, found once."""
+        if self._scaled is None:
+            self._scaled = set()
+            self._model_scaling = []
+            for other in self._syntax.calls:
+                func = other.func
+                if not (isinstance(func, cst.Attribute)
+                        and func.attr.value in _SCALING_METHODS):
+                    continue
+                if self._is_models_optimizer(func.value):
+                    self._model_scaling.append(other)
+                binding = self._syntax.binding_of(func.value)
+                if binding is not None:
+                    self._scaled.add(binding)
+        return self._scaled
 
     def model_optimizer_scaling_calls(self) -> List[cst.Call]:
         """`<x>.optimizer.get_scaled_loss(...)` and the like: calls of the
         loss-scale optimizer's own methods on a model's optimizer."""
-        return [call for call in self._syntax.calls
-                if isinstance(call.func, cst.Attribute)
-                and call.func.attr.value in _SCALING_METHODS
-                and self._is_models_optimizer(call.func.value)]
+        self._scaled_bindings()
+        return list(self._model_scaling)
 
     def _is_models_optimizer(self, node: cst.BaseExpression) -> bool:
         """`<x>.optimizer`, assigned nowhere in the module."""
@@ -351,9 +584,26 @@ class Facts(CompileScalingFacts):
     def may_be_policy(self, node: cst.BaseExpression) -> bool:
         return Kind.POLICY in self._possible_kinds(node)
 
-    def _sets_legacy_policy(self) -> bool:
-        return any(self._name_of(call.func) == _LEGACY_SET_POLICY
+    def compiles(self) -> bool:
+        """True if the module calls a `.compile(...)` method."""
+        return any(isinstance(call.func, cst.Attribute)
+                   and call.func.attr.value == "compile"
                    for call in self._syntax.calls)
+
+    def is_conditional(self, call: cst.Call) -> bool:
+        """True for a call in an `if`, loop or `except` of its scope."""
+        return id(call) in self._syntax.conditional
+
+    def sets_legacy_policy(self) -> bool:
+        """True if the module sets a TF 2.1-2.3 (experimental) policy."""
+        return self._sets_legacy_policy()
+
+    def _sets_legacy_policy(self) -> bool:
+        if self._legacy_policy is None:
+            self._legacy_policy = any(
+                self._name_of(call.func) == _LEGACY_SET_POLICY
+                for call in self._syntax.calls)
+        return self._legacy_policy
 
     def _possible_kinds(self, node: cst.BaseExpression) -> Set[Kind]:
         """The kinds `node` may have, one per assignment that reaches it."""

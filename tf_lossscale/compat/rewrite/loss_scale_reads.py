@@ -8,8 +8,9 @@ a policy has none. So:
 
 - `optimizer.loss_scale()` becomes `optimizer.loss_scale` where `optimizer`
   is known to be a loss-scale optimizer (or is a model's `.optimizer`);
-- every other `.loss_scale()`, every read of a policy's `loss_scale` and
-  every other read of an experimental optimizer's is reported.
+- every other `.loss_scale()`, every read of a policy's `loss_scale` (or
+  of what may be one: a name that says policy, of a kind the rewriter cannot
+  tell) and every other read of an experimental optimizer's is reported.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import libcst as cst
 
 from tf_lossscale.compat.rewrite.context import Context
+from tf_lossscale.compat.rewrite.facts import Kind
 from tf_lossscale.compat.rewrite.syntax import code
 
 __all__ = ["is_loss_scale_call", "rewrite_call", "check_read"]
@@ -55,6 +57,14 @@ def check_read(ctx: Context, original: cst.Attribute) -> None:
         return
     if ctx.facts.may_be_policy(original.value):
         ctx.note(original, _POLICY.format(code(original)))
+    elif "policy" in code(original.value).lower() and (
+            ctx.facts.kind(original.value) is Kind.UNKNOWN):
+        # `policy = build_policy(flags)`, `self.policy` set elsewhere: a
+        # name that says policy, of a kind the rewriter cannot tell.
+        ctx.note(original, f"{code(original)}: the rewriter cannot tell "
+                 f"whether {code(original.value)} is a dtype policy (whose "
+                 "loss_scale the current Policy does not have) or a "
+                 "loss-scale optimizer; rewrite this by hand")
     elif ctx.facts.may_be_experimental(original.value):
         ctx.note(original, f"{code(original)} was a LossScale object "
                  "(callable, printed as DynamicLossScale(...)); it is the "

@@ -55,6 +55,33 @@ def mark_prefixes(ctx: Context, node: cst.Attribute) -> None:
     ctx.handle(value)
 
 
+# TF 2.1-2.3's class: where it is called, the calls rule chooses between
+# TF 2.4's class and the current one (they take unscaled gradients
+# differently); anywhere else (a base class, isinstance, a variable holding
+# the class) the rewriter cannot tell which was meant; in isinstance the
+# current class, a base of both, answers as the legacy one did.
+_EXPERIMENTAL_OPTIMIZER = (
+    "tensorflow.keras.mixed_precision.experimental.LossScaleOptimizer")
+
+
+def _uncalled_experimental(ctx: Context, original: cst.CSTNode,
+                           name: Optional[str]) -> Optional[str]:
+    """The shim's name for TF 2.1-2.3's class referred to, not called;
+    the line is noted."""
+    if name != _EXPERIMENTAL_OPTIMIZER or id(original) in ctx.called or (
+            id(original) in ctx.tested):
+        # Tested by isinstance: the current class, which TF 2.4's is a
+        # subclass of, is true for either.
+        return None
+    shim = table.LEGACY_NAMES[name].shim
+    ctx.note(original, f"{short(name)} is used here, not called (a base "
+             "class, a variable): written as " + shim + " (TF "
+             "2.4's class, which applies gradients given without scaling "
+             "calls as given); if the code scales the loss itself, "
+             "tf_lossscale.LossScaleOptimizer is the current class")
+    return shim
+
+
 def _unreplaced(name: str) -> str:
     return (f"{short(name)} is converted only where it is called; rewrite "
             "this use by hand")
@@ -66,6 +93,9 @@ def rename_attribute(ctx: Context, original: cst.Attribute,
     if ctx.handled(original) or not _is_dotted(original):
         return updated
     name = ctx.name_of(original)
+    shim = _uncalled_experimental(ctx, original, name)
+    if shim is not None:
+        return dotted(shim)
     if name in table.LEGACY_NAMES:
         current = table.LEGACY_NAMES[name].current
         if current is None:
@@ -103,6 +133,9 @@ def rename_name(ctx: Context, original: cst.Name,
     if ctx.handled(original):
         return updated
     name = ctx.name_of(original)
+    shim = _uncalled_experimental(ctx, original, name)
+    if shim is not None:
+        return dotted(shim)
     if name in table.LEGACY_NAMES:
         current = table.LEGACY_NAMES[name].current
         if current is None:
