@@ -532,8 +532,8 @@ def test_runner_prints_the_traceback_python_would(tmp_path, error,
 
 def test_compat_public_names_are_the_documented_list():
     assert sorted(compat.__all__) == [
-        "Policy", "global_policy", "install", "installed", "set_policy",
-        "uninstall"]
+        "LossScaleOptimizer", "Policy", "global_policy", "install",
+        "installed", "set_policy", "uninstall"]
 
 
 # With TF_USE_LEGACY_KERAS=1, in a process of its own.

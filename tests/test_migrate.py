@@ -175,6 +175,18 @@ PAIRS = [
         if isinstance(opt, tf_lossscale.LossScaleOptimizer):
             print(opt.dynamic_counter)
         """),
+    ("tf_2_4_optimizer_applied_without_scaling_keeps_tf_2_4s_rule", """\
+        import tensorflow as tf
+        opt = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.SGD())
+        opt.apply_gradients(zip(grads, variables))
+        """, """\
+        import tensorflow as tf
+        import tf_lossscale
+        import tf_lossscale.compat
+
+        opt = tf_lossscale.compat.LossScaleOptimizer(tf.keras.optimizers.SGD())
+        opt.apply_gradients(zip(grads, variables))
+        """),
     ("tf_2_4_member_import_moves_to_tf_lossscale", """\
         from tensorflow.keras.mixed_precision import LossScaleOptimizer, Policy
         opt = LossScaleOptimizer(sgd)

@@ -12,8 +12,11 @@ Three ways off the legacy API, from least to most change:
 - `python -m tf_lossscale migrate PATH...`: rewrites the source to the
   current API, which needs no shim.
 
-The names and what they become are `legacy_names.LEGACY_NAMES`. The public
-names below load on first use, so that the rewriter (`migrate`,
+The names and what they become are `legacy_names.LEGACY_NAMES`.
+`LossScaleOptimizer` is TF 2.4-2.15's class (`legacy_optimizer`): ours,
+applying gradients that no scaling method marked as given, as that version
+did; `migrate` writes it where a module calls no scaling method on the
+optimizer. The public names below load on first use, so that the rewriter (`migrate`,
 `rewrite`), which imports this package, never imports TensorFlow.
 """
 
@@ -23,6 +26,7 @@ import importlib
 from typing import Any
 
 __all__ = (
+    "LossScaleOptimizer",
     "Policy",
     "global_policy",
     "install",
@@ -33,6 +37,7 @@ __all__ = (
 
 # Public name -> the module that defines it.
 _HOMES = {
+    "LossScaleOptimizer": "tf_lossscale.compat.legacy_optimizer",
     "Policy": "tf_lossscale.compat.policy",
     "global_policy": "tf_lossscale.compat.policy",
     "set_policy": "tf_lossscale.compat.policy",

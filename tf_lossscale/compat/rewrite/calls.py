@@ -55,6 +55,9 @@ _V1_OPTIMIZER = "tf_lossscale.MixedPrecisionLossScaleOptimizer"
 # unscaled, as TF 2.1-2.4 did; what the shim binds the legacy name to.
 _DEPRECATED = "tf_lossscale.experimental.LossScaleOptimizer"
 _AMP_OPTION = "config.optimizer.set_experimental_options"
+# TF 2.4-2.15's current class, with that version's rule for gradients no
+# scaling call marked (as given); what the shim binds that name to.
+_TF24_OPTIMIZER = "tf_lossscale.compat.LossScaleOptimizer"
 
 
 def mark_handled(ctx: Context, node: cst.Call) -> None:
@@ -78,8 +81,17 @@ def rewrite_call(ctx: Context, original: cst.Call,
                 return updated.with_changes(func=dotted(_DEPRECATED))
             return _optimizer(ctx, original, updated, ("optimizer",))
         if name == _CURRENT_OPTIMIZER:
-            return _optimizer(ctx, original, updated,
-                              ("inner_optimizer",))
+            converted = _optimizer(ctx, original, updated,
+                                   ("inner_optimizer",))
+            if ctx.facts.scaling_seen(original) or (
+                    not ctx.facts.applies_gradients()):
+                return converted
+            # TF 2.4-2.15's class, as the shim binds the name: gradients
+            # applied with no scaling call are taken as given (where the
+            # module applies none, `fit` marks its own: the current class
+            # trains alike).
+            ctx.facts.imports_needed.add("tf_lossscale.compat")
+            return converted.with_changes(func=dotted(_TF24_OPTIMIZER))
         if name == _LEGACY_POLICY:
             return _policy(ctx, original, updated)
         if name in table.GRAPH_REWRITE:
@@ -108,9 +120,8 @@ def _left(ctx: Context, original: cst.Call, updated: cst.Call, name: str,
     """
     why = why.rstrip(".")
     if name == _EXPERIMENTAL_OPTIMIZER:
-        shim = table.LEGACY_NAMES[name].shim
-        ctx.note(original, f"{short(name)}: {why}; left as {shim}")
-        return updated.with_changes(func=dotted(shim))
+        ctx.note(original, f"{short(name)}: {why}; left as {_DEPRECATED}")
+        return updated.with_changes(func=dotted(_DEPRECATED))
     if name in table.GRAPH_REWRITE:
         # TensorFlow's own function (where it still exists) refuses the
         # loss scales the name rule converted on other lines: call the one

@@ -407,6 +407,7 @@ class Facts(CompileScalingFacts):
         self.imports_needed: Set[str] = set()
         self._orders: Dict[Binding, List[int]] = {}
         self._scaled: Optional[Set[Binding]] = None
+        self._applies: Optional[bool] = None
         self._model_scaling: List[cst.Call] = []
         self._legacy_policy: Optional[bool] = None
 
@@ -569,6 +570,17 @@ class Facts(CompileScalingFacts):
                 if binding is not None:
                     self._scaled.add(binding)
         return self._scaled
+
+    def applies_gradients(self) -> bool:
+        """True if the module calls `apply_gradients` on anything: only
+        there can gradients that no scaling method marked reach a
+        loss-scale optimizer made here (Keras 3's `fit` marks its own)."""
+        if self._applies is None:
+            self._applies = any(
+                isinstance(c.func, cst.Attribute)
+                and c.func.attr.value == "apply_gradients"
+                for c in self._syntax.calls)
+        return self._applies
 
     def model_optimizer_scaling_calls(self) -> List[cst.Call]:
         """`<x>.optimizer.get_scaled_loss(...)` and the like: calls of the

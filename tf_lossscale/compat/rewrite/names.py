@@ -73,7 +73,7 @@ def _uncalled_experimental(ctx: Context, original: cst.CSTNode,
         # Tested by isinstance: the current class, which TF 2.4's is a
         # subclass of, is true for either.
         return None
-    shim = table.LEGACY_NAMES[name].shim
+    shim = "tf_lossscale.experimental.LossScaleOptimizer"
     ctx.note(original, f"{short(name)} is used here, not called (a base "
              "class, a variable): written as " + shim + " (TF "
              "2.4's class, which applies gradients given without scaling "
