@@ -26,7 +26,17 @@ __all__ = ["ExperimentalLossScaleOptimizer", "LossScaleOptimizer"]
 
 
 class LossScaleOptimizer(tf_lossscale.LossScaleOptimizer):
-    """TF 2.4-2.15's class: unmarked gradients are applied as given."""
+    """TF 2.4-2.15's `tf.keras.mixed_precision.LossScaleOptimizer`.
+
+    `tf_lossscale.LossScaleOptimizer`, with the same arguments and
+    methods, except one rule: gradients that `apply_gradients` gets when no
+    scaling method (`scale_loss`, `get_scaled_loss`,
+    `get_unscaled_gradients`) ran are applied as given, as TF 2.4-2.15's
+    class applied them, where `tf_lossscale.LossScaleOptimizer` takes them
+    as scaled on Keras 3 (as Keras 3 does). The shim binds the legacy name
+    to it, and `migrate` writes it where a module applies gradients with no
+    scaling call on the optimizer.
+    """
 
     _UNMARKED_GRADIENTS_ARE_SCALED: ClassVar[bool] = False
 
