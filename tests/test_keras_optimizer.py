@@ -650,6 +650,32 @@ def test_minimize_scales_unscales_and_applies(mode):
     assert int(opt.iterations) == 2
 
 
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("form", ["variable", "tuple", "callable"])
+def test_minimize_takes_var_list_as_tensorflow_did(mode, form):
+    """TF 2.2's docstring example passes one variable; TensorFlow also took
+    a tuple, or a callable returning the variables (called after the loss,
+    as OptimizerV2 did). Each gives what `[var]` gives."""
+    var = keras.Variable([1.0, 2.0])
+    opt = tf_lossscale.LossScaleOptimizer(keras.optimizers.SGD(0.1),
+                                          initial_scale=1024.0)
+    var_list = {"variable": var, "tuple": (var,),
+                "callable": lambda: [var]}[form]
+    _runner(mode, lambda: opt.minimize(lambda: tf.reduce_sum(var ** 2),
+                                       var_list=var_list))()
+    np.testing.assert_allclose(var.numpy(), [0.8, 1.6], rtol=1e-6)
+    assert int(opt.iterations) == 1
+
+
+def test_minimize_refuses_what_is_not_a_variable_before_any_work():
+    opt = tf_lossscale.LossScaleOptimizer(keras.optimizers.SGD())
+    calls = []
+    with pytest.raises(ValueError, match="Only variables can be trained"):
+        opt.minimize(lambda: calls.append(1) or tf.constant(1.0),
+                     var_list=tf.constant([1.0]))
+    assert calls == [] and int(opt.iterations) == 0
+
+
 def test_minimize_of_a_tensor_without_tape_raises():
     opt = tf_lossscale.LossScaleOptimizer(keras.optimizers.SGD())
     with pytest.raises(ValueError, match="needs a tape"):

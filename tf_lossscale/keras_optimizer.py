@@ -77,6 +77,14 @@ def _is_keras3_optimizer(inner_optimizer: Any) -> bool:
     return isinstance(inner_optimizer, keras.optimizers.Optimizer)
 
 
+def _variables(var_list: Any) -> List[Any]:
+    """`minimize`'s variables as a list (one variable, or a nest of them);
+    raises `NotAVariableError` on what cannot be trained."""
+    variables = tf.nest.flatten(var_list)
+    gradient_check.check_variables(variables)
+    return variables
+
+
 def _check_inner(inner_optimizer: Any, flavour: type) -> None:
     """Raises unless `inner_optimizer` is a plain Keras 3 optimizer."""
     optimizer_lib.reject_loss_scale_optimizer(inner_optimizer)
@@ -282,7 +290,10 @@ class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
         Args:
           loss: a callable returning the loss, or a loss tensor computed
             under `tape`.
-          var_list: the variables to train.
+          var_list: the variables to train: a variable, a list or tuple of
+            them, or a callable returning one of those (called after the
+            loss, so it may name variables the loss created), as
+            TensorFlow's `minimize` took them.
           tape: the `tf.GradientTape` that recorded a tensor `loss`.
 
         Returns:
@@ -293,13 +304,15 @@ class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
                 "minimize() needs a tape when loss is a tensor: pass "
                 "tape=the tf.GradientTape that computed it, or pass a "
                 f"callable loss; got loss={loss!r} and tape=None.")
-        var_list = list(var_list)
-        gradient_check.check_variables(var_list)
+        if not callable(var_list):
+            var_list = _variables(var_list)
         tape = tape if tape is not None else tf.GradientTape()
         with tape:
             if callable(loss):
                 loss = loss()
             scaled_loss = self.get_scaled_loss(loss)
+        if callable(var_list):
+            var_list = _variables(var_list())
         grads = tape.gradient(scaled_loss, var_list)
         return self.apply_gradients(
             zip(self.get_unscaled_gradients(grads), var_list))
