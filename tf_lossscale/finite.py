@@ -132,7 +132,8 @@ def compile_mode(values: Sequence[tf.Tensor] = (),
     """The back end for `values`: the one place that decides it.
 
     `jit_compile=None` follows the caller (compiled whole by XLA, or not)
-    and the device the values live on; True or False forces a kernel.
+    and the device the values live on; True forces the XLA kernel, False
+    graph ops.
     """
     if jit_compile is None and finite_xla.compiled_whole():
         return Mode.WHOLE

@@ -66,18 +66,18 @@ class Taken(NamedTuple):
         """
         if not self.quotients:
             return None
-        present = [g for g in grads if g is not None]
-        found = [self.quotients.get(id(_through_identities(g)))
-                 for g in present]
-        if not present or any(f is None or f[0] is not _through_identities(g)
-                              for f, g in zip(found, present)):
+        found = []
+        for grad in (g for g in grads if g is not None):
+            origin = _through_identities(grad)
+            entry = self.quotients.get(id(origin))
+            if entry is None or entry[0] is not origin:
+                return None
+            found.append(entry)
+        if not found or len({id(scale) for _, _, scale in found}) != 1:
             return None
-        scales = {id(f[2]) for f in found if f is not None}
-        if len(scales) != 1:
-            return None
-        divided = iter(f[1] for f in found if f is not None)
+        divided = iter(scaled for _, scaled, _ in found)
         return ([None if g is None else next(divided) for g in grads],
-                found[0][2] if found[0] is not None else None)
+                found[0][2])
 
 
 def _through_identities(grad: Any) -> Any:
