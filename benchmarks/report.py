@@ -22,7 +22,7 @@ from tables import (
     targets_table,
     warm_up_line,
 )
-from targets import targets, xla_targets
+from targets import short_targets, targets, xla_targets
 
 _VERDICTS = ("verdicts on the medians; \"within noise\": the 90% interval of "
              "measured - bound holds zero, or for a first call (the median "
@@ -49,9 +49,10 @@ def _describe(k3: Optional[dict], tk: Optional[dict], mode: str) -> dict:
              " in both flows, tf_keras in the documented flow",
         "c": "check+unscale through the public API: big = "
              f"{c.get('big', {}).get('tensors', '?')} tensors / "
-             f"{c.get('big', {}).get('floats', '?')} floats, small = "
-             f"{c.get('small', {}).get('tensors', '?')} tensors of 1000 "
-             f"floats; {sizes.check_steps} interleaved calls",
+             f"{c.get('big', {}).get('floats', '?')} floats"
+             + (f", small = {c['small'].get('tensors', '?')} tensors of "
+                "1000 floats" if "small" in c else "")
+             + f"; {sizes.check_steps} interleaved calls",
         "d": "XLA fusions (all kernels in brackets) in the optimized HLO "
              "of check+unscale over n float32 gradients of 1000 elements",
         "g": "compile + train_on_batch of a transformer with Dropout: "
@@ -84,10 +85,34 @@ def report(k3: Optional[dict], tk: Optional[dict], mode: str,
         "are compared with its plain tf_keras step and its own "
         "LossScaleOptimizer.",
     ]
+    if mode == "short":
+        return "\n".join(lines + short_report(k3, tk, desc)) + "\n"
     if any(w in (r or {}) for w in "abcdg" for r in (k3, tk)):
         lines += non_xla_report(k3, tk, desc)
     lines += xla_report(k3, tk, mode, desc)
     return "\n".join(lines) + "\n"
+
+
+def short_report(k3: Optional[dict], tk: Optional[dict],
+                 desc: Dict[str, str]) -> List[str]:
+    """The short preset: the tables of (a), (e), (b) and (c) that ran, then
+    its one list of targets (`short_targets`)."""
+    ran = {w for r in (k3, tk) for w in "abce" if w in (r or {})}
+    sections = {
+        "a": [f"**(a)** {desc['a']}", "", *table_a(k3, tk), ""],
+        "e": ["**(e)** (a) compiled whole by XLA (`jit_compile=True`, Keras "
+              "3's default for `fit` on a GPU); the limit row is the plain "
+              "optimizer whose update waits for one all-finite read", "",
+              *table_a(k3, tk, "e"), ""],
+        "b": [f"**(b)** {desc['b']}", "", *table_b(k3, tk), ""],
+        "c": [f"**(c)** {desc['c']}. Extra ms over the plain row (reading "
+              "the gradients and returning them).", "", *table_c(k3, tk),
+              ""],
+    }
+    lines = [""] + [line for w in "aebc" if w in ran for line in sections[w]]
+    return lines + ["**Targets** (each flavour against its own original; "
+                    f"{_VERDICTS})", "",
+                    *targets_table(short_targets(k3, tk))]
 
 
 def non_xla_report(k3: Optional[dict], tk: Optional[dict],

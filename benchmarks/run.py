@@ -1,7 +1,9 @@
 """The benchmark suite: tf_lossscale against Keras' own LossScaleOptimizer.
 
-    python benchmarks/run.py [--quick] [--json PATH]
-    python -m tf_lossscale bench [--quick] [--json PATH]   # the same
+    python benchmarks/run.py [--quick | --full] [--xla] [--json PATH]
+    python -m tf_lossscale bench [--quick | --full] ...   # the same
+
+Without a preset flag it runs the short preset (a few minutes; `PRESETS`).
 
 Starts one worker process for Keras 3 and then one for tf_keras (which must
 be chosen before TensorFlow is imported), never both at once, and prints a
@@ -35,7 +37,8 @@ sys.path.insert(0, str(HERE))
 import common  # noqa: E402
 import estimates  # noqa: E402
 from report import report  # noqa: E402
-from targets import targets, xla_targets  # noqa: E402
+from tf_lossscale.bench import PRESETS  # noqa: E402
+from targets import short_targets, targets, xla_targets  # noqa: E402
 
 
 def run_worker(keras: str, mode: str, workloads: str,
@@ -62,26 +65,30 @@ def run_worker(keras: str, mode: str, workloads: str,
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="every row, smaller (b) and (c), fewer "
-                        "steps: about 23 minutes on 2 cores")
+    preset = parser.add_mutually_exclusive_group()
+    preset.add_argument("--quick", action="store_true",
+                        help=PRESETS["quick"])
+    preset.add_argument("--full", action="store_true", help=PRESETS["full"])
     parser.add_argument("--json", metavar="PATH", default=None,
                         help="also write every number as JSON to PATH")
     parser.add_argument("--mode", choices=sorted(common.MODES), default=None,
                         help=argparse.SUPPRESS)
-    parser.add_argument("--workloads", default="abcdefgh",
-                        help="a subset of abcdefgh (default: all; e and f "
-                        "are a and b compiled with XLA; g and h a "
+    parser.add_argument("--workloads", default=None,
+                        help="a subset of abcdefgh (default: the preset's; "
+                        "e and f are a and b compiled with XLA; g and h a "
                         "transformer with Dropout, without and with XLA)")
     parser.add_argument("--xla", action="store_true",
-                        help="only the XLA workloads (e, f, h)")
+                        help="only the preset's XLA workloads (of e, f, h)")
     parser.add_argument("--record-cost", action="store_true",
                         help="also time ours without the skip record (the "
                         "step before issue 22) in every workload")
     args = parser.parse_args(argv)
+    mode = args.mode or ("quick" if args.quick else
+                         "full" if args.full else "short")
+    if args.workloads is None:
+        args.workloads = common.MODES[mode].workloads
     if args.xla:
-        args.workloads = "efh"
-    mode = args.mode or ("quick" if args.quick else "full")
+        args.workloads = "".join(w for w in args.workloads if w in "efh")
     estimates.use_resamples(common.MODES[mode].resamples)
     start = time.perf_counter()
     load = {"before": common.load_average()}
@@ -96,6 +103,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             {"mode": mode, "load_average": load, "seconds": round(seconds, 1),
              "keras3": k3, "tf_keras": tk, "targets": targets(k3, tk),
              "xla_targets": xla_targets(k3, tk),
+             "short_targets": short_targets(k3, tk),
              "markdown": text}, indent=1))
     return 0 if k3 is not None and tk is not None else 1
 

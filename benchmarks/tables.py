@@ -151,14 +151,19 @@ def _c_extra(rows: Rows, row: str) -> Optional[float]:
 
 
 def table_c(k3: Optional[dict], tk: Optional[dict]) -> List[str]:
-    big = merged_rows(k3, tk, "c", "big")
-    small = merged_rows(k3, tk, "c", "small")
-    lines = ["| row | big: ms | big: + ms over plain | big: first call s "
-             "| small: ms | small: + ms over plain | small: first call s |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
-    for row in _ordered({**big, **small}):
+    cases = [(case, merged_rows(k3, tk, "c", case))
+             for case in ("big", "small")]
+    cases = [(case, rows) for case, rows in cases if rows]
+    lines = ["| row | " + " | ".join(
+        f"{case}: ms | {case}: + ms over plain | {case}: first call s"
+        for case, _ in cases) + " |",
+        "|---|" + "---:|---:|---:|" * len(cases)]
+    merged: dict = {}
+    for _, rows in cases:
+        merged.update(rows)
+    for row in _ordered(merged):
         cells = []
-        for rows in (big, small):
+        for _, rows in cases:
             extra = "" if row in BASES else ms(_c_extra(rows, row))
             cells += [ms(median_ms(rows, row)), extra, _first(rows, row)]
         lines.append(f"| {_label(row, LABELS_C)} | " + " | ".join(cells)

@@ -226,3 +226,56 @@ def xla_targets(k3: Optional[dict], tk: Optional[dict]) -> List[dict]:
                 original))
     return (out + [t for t in firsts if t is not None]
             + dropout_targets(k3, tk, "h"))
+
+
+def short_targets(k3: Optional[dict], tk: Optional[dict]) -> List[dict]:
+    """The short preset's targets (issue 32's), each flavour against its
+    own original: what a change to the step is checked against.
+
+    (a) fit without XLA: ours <= original, and <= barrier + 3 points; (b)
+    the documented flow: ours <= original / 2; (c) big: ours <= 2 x one
+    read (a read and a write); first calls of (a), (b), (c) no slower than
+    the original's; and under XLA, (e)'s targets from `xla_targets`.
+    """
+    out: List[dict] = []
+    for flavour, original, p in FLAVOURS:
+        for opt in ("SGD", "Adam"):
+            rows = merged_rows(k3, tk, "a", opt)
+            needs: Sequence[str] = (p + "ours", original, p + "barrier",
+                                    p + "plain")
+            if not all(r in rows for r in needs):
+                continue
+            name = f"(a) {flavour}, {opt}"
+            out.append(_target(
+                f"{name}: ours <= original", rows, needs,
+                lambda o, k, br, pl: o / pl - 1,
+                lambda o, k, br, pl: k / pl - 1,
+                lambda v, b: f"{pct_est(v)} vs {pct(b.value)}"))
+            out.append(_target(
+                f"{name}: ours <= barrier + 3 points", rows, needs,
+                lambda o, k, br, pl: o / pl - 1,
+                lambda o, k, br, pl: br / pl - 1 + 0.03,
+                lambda v, b: f"{pct_est(v)} vs {pct(b.value)}"))
+        big = merged_rows(k3, tk, "c", "big")
+        needs = (p + "ours", p + "one read", p + "plain")
+        if all(r in big for r in needs):
+            out.append(_target(
+                f"(c) {flavour}, big: ours <= 2 x one read", big, needs,
+                lambda o, r, pl: (o - pl) / (r - pl),
+                lambda o, r, pl: 2.0,
+                lambda v, b, big=big, p=p:
+                f"{x_est(v)} one read ({ms(extra_ms(big, p + 'ours'))} "
+                f"vs {ms(extra_ms(big, p + 'one read'))} ms)"))
+    out += [t for t in targets(k3, tk) if _in_short(t["target"])]
+    return out + [t for t in xla_targets(k3, tk)
+                  if t["target"].startswith("(e)")]
+
+
+def _in_short(name: str) -> bool:
+    """Whether one of issue 15's targets is also the short preset's: (b)'s
+    half of the original, and the first calls of (a), (b) and (c) big."""
+    if name.startswith("(b)"):
+        return "ours <= original / 2" in name or "first call" in name
+    if name.startswith("(c)"):
+        return "first call" in name and ", big:" in name
+    return name.startswith("(a)") and "first call" in name

@@ -55,6 +55,8 @@ def _loop(keras: Any, sizes: common.Sizes, layers: int,
     weights = rows.mlp(keras, "tanh", w, layers).get_weights()
     makers = rows.loop_makers(keras, "SGD", limit)
     flows = rows.loop_flows(limit)
+    if not sizes.keras_flow:
+        flows.pop("ours", None)
     twins = {}
     for row, flow in list(flows.items())[:sizes.twins]:
         twin = rows.mlp(keras, "tanh", 8, 1)

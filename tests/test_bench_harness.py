@@ -90,6 +90,41 @@ def test_bench_harness_runs_every_workload_and_prints_a_table(tmp_path):
                      result[keras]["b"]["rows"], result[keras]["f"]["rows"]):
             assert {"ours, no record"} <= set(rows)
     assert "tf_lossscale without the skip record" in done.stdout
+    _short_report_from(result)
+
+
+def _short_report_from(result):
+    """The short preset's report, made from the tiny run's rows: its tables
+    and its one list of targets (issue 32's), nothing else."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        from report import report
+        from targets import short_targets
+    finally:
+        sys.path.pop(0)
+    k3, tk = result["keras3"], result["tf_keras"]
+    text = report(k3, tk, "short", {"before": [0.1], "after": [0.1]}, 1.0)
+    assert text.startswith("### Benchmark (`--short`)")
+    for part in ("**(a)** compile + train_on_batch", "**(e)** (a) compiled "
+                 "whole by XLA", "**(b)** tf.function GradientTape loop",
+                 "**(c)** check+unscale", "| row | big: ms |"):
+        assert part in text, part
+    assert "**(f)**" not in text and "**(g)**" not in text
+    names = [t["target"] for t in short_targets(k3, tk)]
+    for flavour in ("Keras 3", "tf_keras"):
+        for opt in ("SGD",):
+            assert f"(a) {flavour}, {opt}: ours <= original" in names
+            assert f"(a) {flavour}, {opt}: ours <= barrier + 3 points" in names
+            assert (f"(a) {flavour}, {opt}: first call, ours <= original"
+                    in names)
+        assert f"(c) {flavour}, big: ours <= 2 x one read" in names
+        assert f"(c) {flavour}, big: first call, ours <= original" in names
+        assert any(n.startswith(f"(b) {flavour}, ") and n.endswith(
+            "documented flow: ours <= original / 2") for n in names)
+        assert f"(e) {flavour}, SGD: first call, ours <= original" in names
+    assert not any(n.startswith(("(f)", "(g)", "(h)", "(c) Keras 3, 20"))
+                   for n in names)
+    assert "| target | measured | met |" in text
 
 
 def test_bench_outside_a_checkout_says_the_suite_is_missing(tmp_path):
@@ -97,7 +132,7 @@ def test_bench_outside_a_checkout_says_the_suite_is_missing(tmp_path):
     shutil.copytree(REPO / "tf_lossscale", tmp_path / "tf_lossscale")
     done = subprocess.run(
         [sys.executable, "-c", "import sys; from tf_lossscale import bench; "
-         "sys.exit(bench.run(quick=True, json_path=None))"],
+         "sys.exit(bench.run(\"quick\", json_path=None))"],
         capture_output=True, text=True, timeout=300, cwd=tmp_path,
         env=dict(os.environ, PYTHONPATH=str(tmp_path),
                  TF_CPP_MIN_LOG_LEVEL="2"))

@@ -15,6 +15,8 @@ import sys
 import sysconfig
 from pathlib import Path
 
+import pytest
+
 import tf_lossscale
 from tf_lossscale import cli
 
@@ -216,8 +218,23 @@ def test_bench_help_says_what_it_measures_how_long_and_where():
     text = " ".join(result.stdout.split())
     for part in ("compile + train_on_batch", "GradientTape loop",
                  "get_unscaled_gradients and its finite check",
-                 "about 23 minutes", "needs a source checkout"):
+                 "short (default) fit (40 x Dense(512)", "about 5 minutes",
+                 "--quick every workload", "about 23 minutes",
+                 "--full every workload and target at full size",
+                 "needs a source checkout"):
         assert part in text, part
+    # Every line fits 80 columns (the presets' text is wrapped to it).
+    assert max(map(len, result.stdout.splitlines())) <= 80
+
+
+def test_bench_presets_exclude_each_other_and_a_bad_preset_is_refused():
+    result = _run(MODULE + ["bench", "--quick", "--full"])
+    assert result.returncode == 2
+    assert "not allowed with argument" in result.stderr
+    from tf_lossscale import bench
+    with pytest.raises(ValueError, match="preset must be one of short, "
+                       "quick, full; got 'fast'"):
+        bench.run("fast")
 
 
 def test_shim_runner_help_answers_without_tensorflow():

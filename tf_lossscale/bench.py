@@ -13,7 +13,23 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
-__all__ = ["find_suite", "run"]
+__all__ = ["PRESETS", "find_suite", "run"]
+
+#: The presets, shortest first: what each runs and how long it takes on two
+#: CPU cores (the help of `bench` prints these).
+PRESETS = {
+    "short": "fit (40 x Dense(512), SGD and Adam) without and with XLA, the "
+             "documented custom-loop flow at 1500 variables and "
+             "check+unscale of 33M floats, each with its target: about 5 "
+             "minutes",
+    "quick": "every workload and target on smaller models, fewer steps "
+             "(adds the Keras 3 flow of the loop, the loop under XLA, "
+             "small tensors, XLA fusion counts and a transformer with "
+             "Dropout): about 23 minutes",
+    "full": "every workload and target at full size (the loop at 1500 "
+            "variables, 60 to 80 steps a row): the longest run, several "
+            "times the quick one",
+}
 
 
 def find_suite() -> Optional[Path]:
@@ -23,19 +39,25 @@ def find_suite() -> Optional[Path]:
     return candidate if candidate.is_file() else None
 
 
-def run(quick: bool, json_path: Optional[str], xla: bool = False,
-        record_cost: bool = False) -> int:
+def run(preset: str = "short", json_path: Optional[str] = None,
+        xla: bool = False, record_cost: bool = False) -> int:
     """Runs the suite; prints its markdown report. Returns the exit code.
 
     Args:
-      quick: every row and target on smaller workloads, fewer steps
-        (about 23 minutes on two cores; 11 with `xla`).
+      preset: `short` (the default: fit without and with XLA, the
+        documented custom-loop flow at 1500 variables and the big
+        check+unscale, with their targets; a few minutes on two cores),
+        `quick` (every workload and target, smaller: about 23 minutes) or
+        `full` (every workload at full size: the longest run).
       json_path: if given, every number is also written there as JSON.
-      xla: only the rows compiled with XLA (`jit_compile=True`, Keras 3's
-        default for `fit` on a GPU).
+      xla: only the preset's rows compiled with XLA (`jit_compile=True`,
+        Keras 3's default for `fit` on a GPU).
       record_cost: also time ours without the skip record, in every
         workload (what the record costs, in one run).
     """
+    if preset not in PRESETS:
+        raise ValueError(f"preset must be one of {', '.join(PRESETS)}; got "
+                         f"{preset!r}")
     suite = find_suite()
     if suite is None:
         print("tf_lossscale bench: the benchmark suite (benchmarks/run.py) "
@@ -46,8 +68,8 @@ def run(quick: bool, json_path: Optional[str], xla: bool = False,
               file=sys.stderr)
         return 2
     argv: List[str] = [sys.executable, str(suite)]
-    if quick:
-        argv.append("--quick")
+    if preset != "short":
+        argv.append(f"--{preset}")
     if xla:
         argv.append("--xla")
     if record_cost:

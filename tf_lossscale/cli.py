@@ -16,6 +16,7 @@ import argparse
 import os
 import sys
 import tempfile
+import textwrap
 from typing import Any, List, Optional, Sequence, Union
 
 __all__ = ["build_parser", "main", "quiet_tensorflow_start", "version"]
@@ -114,7 +115,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _bench(args: argparse.Namespace) -> int:
     from tf_lossscale import bench
-    return bench.run(quick=args.quick, json_path=args.json, xla=args.xla,
+    return bench.run(preset=args.preset, json_path=args.json, xla=args.xla,
                      record_cost=args.record_cost)
 
 
@@ -132,23 +133,37 @@ also:
 documentation: https://tf-lossscale.github.io/tf_lossscale/"""
 
 _BENCH_DESCRIPTION = """\
-Times tf_lossscale against a plain optimizer and against Keras' own
-LossScaleOptimizer (Keras 3's and tf_keras'), each Keras in a process of its
-own, and prints a Markdown report. Without a flag it runs every workload at
-full size, the longest run:
+Times a training step with tf_lossscale against the same step with a plain
+optimizer and with Keras' own LossScaleOptimizer (Keras 3's and tf_keras'),
+each Keras in a process of its own, and prints a Markdown report: a table per
+workload (median ms, overhead over the plain step with its 90% interval,
+first-call seconds) and the targets each row is held to. The workloads:
 
-  fit        compile + train_on_batch of a 40 x Dense(512) MLP, SGD and Adam,
-             without XLA and with jit_compile=True
-  loop       a tf.function GradientTape loop of 100 small layers, both flows
-             (scale_loss + apply_gradients; get_scaled_loss +
-             get_unscaled_gradients + apply_gradients), without and with XLA
-  check      get_unscaled_gradients and its finite check alone, and the
-             XLA fusions it compiles to
+  fit          compile + train_on_batch of a 40 x Dense(512) MLP, SGD and
+               Adam, without XLA and with jit_compile=True
+  loop         a tf.function GradientTape loop over many small layers, in
+               the documented flow (get_scaled_loss + get_unscaled_gradients
+               + apply_gradients) and Keras 3's (scale_loss + apply_gradients)
+  check        get_unscaled_gradients and its finite check alone
+  transformer  compile + train_on_batch of a small transformer with Dropout
+
+presets (times on two CPU cores):
+  short (default)  {short}
+  --quick          {quick}
+  --full           {full}
 
 It needs a source checkout: the suite is benchmarks/ at the repository's
 root, not part of the installed package (git clone, pip install -e ., then
 run it there). Results of a reference run and what they mean:
 https://tf-lossscale.github.io/tf_lossscale/performance/"""
+
+
+def _bench_description() -> str:
+    from tf_lossscale.bench import PRESETS
+    width = 78 - 19
+    return _BENCH_DESCRIPTION.format(**{
+        name: textwrap.fill(text, width).replace("\n", "\n" + " " * 19)
+        for name, text in PRESETS.items()})
 
 
 def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
@@ -175,16 +190,18 @@ def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
     bench = commands.add_parser(
         "bench", help="time a training step against Keras' own "
         "LossScaleOptimizer (needs a source checkout)",
-        description=_BENCH_DESCRIPTION,
+        description=_bench_description(),
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    bench.add_argument("--quick", action="store_true",
-                       help="every workload and target on smaller models, "
-                       "fewer steps: about 23 minutes on two CPU cores "
-                       "(11 with --xla)")
+    preset = bench.add_mutually_exclusive_group()
+    preset.add_argument("--quick", dest="preset", action="store_const",
+                        const="quick", default="short",
+                        help="the quick preset (above)")
+    preset.add_argument("--full", dest="preset", action="store_const",
+                        const="full", help="the full preset (above)")
     bench.add_argument("--xla", action="store_true",
                        help="only the workloads compiled with XLA "
                        "(jit_compile=True, Keras 3's default for fit on a "
-                       "GPU): fit and the custom loop")
+                       "GPU) of the preset")
     bench.add_argument("--record-cost", action="store_true",
                        help="also time tf_lossscale without its skip record "
                        "(what LossScaleOptimizer.last_skip reads), to show "
