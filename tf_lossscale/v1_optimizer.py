@@ -13,7 +13,8 @@ A skipped step changes no variable, no slot and not `global_step`, as in
 TensorFlow's class: `global_step` counts applied steps. `apply_gradients`
 runs in a replica context and merges into the cross-replica context for the
 loss-scale update, so under a `tf.distribute` strategy a NaN on any one
-replica makes every replica skip. Graph-mode code lives only in this module.
+replica makes every replica skip. Graph-mode code lives only in this module
+(and in the stop's counter of a TF1 graph, `stop.Stop.counter`).
 """
 
 from __future__ import annotations
