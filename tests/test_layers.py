@@ -120,7 +120,12 @@ def test_the_cycle_finder_finds_a_cycle():
     ("tf_lossscale.flavour_registry", "tf_lossscale.keras_optimizer"),
     ("tf_lossscale.skip_record", "tf_lossscale.optimizer"),
     ("tf_lossscale.skip_record", "tf_lossscale.step"),
-    ("tf_lossscale.skip_reporting", "tf_lossscale.monitor"),
+    ("tf_lossscale.telemetry", "tf_lossscale.monitor"),
+    ("tf_lossscale.telemetry", "tf_lossscale.optimizer"),
+    # One stop for every optimizer: it imports none of them.
+    ("tf_lossscale.stop", "tf_lossscale.optimizer"),
+    ("tf_lossscale.stop", "tf_lossscale.v1_optimizer"),
+    ("tf_lossscale.stop", "tf_lossscale.telemetry"),
     # What both tf_keras flavours share imports neither.
     ("tf_lossscale.tf_keras_checks", "tf_lossscale.tf_keras_optimizer"),
     ("tf_lossscale.tf_keras_loss_scale_state",

@@ -31,12 +31,12 @@ from tf_lossscale import (
     experimental,
     gradient_check,
     keras_arguments,
+    keras_telemetry_file,
 )
 from tf_lossscale import finite as finite_lib
 from tf_lossscale import optimizer as optimizer_lib
 from tf_lossscale import settings as settings_lib
 from tf_lossscale import step as step_lib
-from tf_lossscale.keras_telemetry_file import KerasTelemetryFile
 from tf_lossscale.optimizer import InnerAttribute
 
 __all__ = [
@@ -97,7 +97,6 @@ def _check_inner(inner_optimizer: Any, flavour: type) -> None:
 
 
 class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
-                              KerasTelemetryFile,
                               keras.mixed_precision.LossScaleOptimizer,
                               wraps=_is_keras3_optimizer):
     """`tf_lossscale.LossScaleOptimizer` for Keras 3 optimizers.
@@ -165,6 +164,12 @@ class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
         if not self.inner_optimizer.built:
             self.inner_optimizer.build(var_list)
         keras.optimizers.Optimizer.build(self, var_list)
+
+    @property
+    def _loss_scale_telemetry(self) -> Optional[Any]:
+        """What Keras saves beside the optimizer's variables in `.keras`
+        files: the telemetry with `save_telemetry=True`, else None."""
+        return self._telemetry.file_entry(keras_telemetry_file.TelemetryEntry)
 
     # Keras 3's API.
 

@@ -5,8 +5,9 @@ as `optimizer/vars/0..n`, and then every Keras-saveable object it reaches
 through an attribute, each under that attribute's name. The telemetry
 (`skipped_steps` and the run of skipped steps) is kept out of `variables`,
 so that the positions stay exactly those of Keras' own LossScaleOptimizer;
-with the option on, `KerasTelemetryFile` gives the flavour one more such
-attribute, `_loss_scale_telemetry`, whose variables Keras then saves by name
+with the option on, the flavour has one more such attribute,
+`_loss_scale_telemetry`: a `TelemetryEntry` (made once, by
+`telemetry.Telemetry.file_entry`), whose variables Keras then saves by name
 under `optimizer/_loss_scale_telemetry/vars` and loads back. With the option
 off (the default) the attribute is None, which Keras skips: the file is the
 one Keras' own optimizer writes, and it loads into that optimizer and back.
@@ -16,13 +17,13 @@ reads no group it has no attribute for).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Dict
 
 import tensorflow as tf
 
 from tf_lossscale import _tf_private
 
-__all__ = ["KerasTelemetryFile"]
+__all__ = ["TelemetryEntry"]
 
 
 class _Variables:
@@ -34,7 +35,7 @@ class _Variables:
         self.by_key = by_key
 
 
-class _TelemetryEntry(_tf_private.keras_saveable()):  # type: ignore[misc]
+class TelemetryEntry(_tf_private.keras_saveable()):  # type: ignore[misc]
     """The telemetry as a Keras-saveable object: saved and loaded by key."""
 
     def __init__(self, by_key: Dict[str, Any]) -> None:
@@ -56,23 +57,3 @@ class _TelemetryEntry(_tf_private.keras_saveable()):  # type: ignore[misc]
         for key, variable in self._held.by_key.items():
             if key in saved:
                 variable.assign(store[key])
-
-
-class KerasTelemetryFile:
-    """A base of the Keras 3 flavour: the `.keras` side of `save_telemetry`."""
-
-    _settings: Any
-    _reporting: Any
-    _telemetry_variables: Callable[[], Dict[str, Any]]
-
-    @property
-    def _loss_scale_telemetry(self) -> Optional[Any]:
-        """What Keras saves beside the optimizer's variables: the telemetry
-        with `save_telemetry=True`, else None (nothing)."""
-        if not self._settings.save_telemetry:
-            return None
-        # One object per optimizer: Keras tells saved objects apart by id.
-        if self._reporting.file_entry is None:
-            self._reporting.file_entry = _TelemetryEntry(
-                self._telemetry_variables())
-        return self._reporting.file_entry

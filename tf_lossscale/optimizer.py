@@ -43,7 +43,12 @@ from typing import (
 
 import tensorflow as tf
 
-from tf_lossscale import distribute, flavour_registry, state_machine
+from tf_lossscale import (
+    distribute,
+    flavour_registry,
+    skip_record,
+    state_machine,
+)
 from tf_lossscale import finite as finite_lib
 from tf_lossscale import settings as settings_lib
 from tf_lossscale import step as step_lib
@@ -65,7 +70,7 @@ from tf_lossscale.gradient_check import (
 from tf_lossscale.gradient_marks import GradientMarks, Taken
 from tf_lossscale.inner_attribute import InnerAttribute
 from tf_lossscale.optimizer_config import OptimizerConfig
-from tf_lossscale.skip_reporting import SkipReporting
+from tf_lossscale.telemetry import Telemetry
 
 __all__ = [
     "GradientMarks",
@@ -105,7 +110,7 @@ class _Untracked:
         self.value = value
 
 
-class LossScaleOptimizer(SkipReporting, OptimizerConfig):
+class LossScaleOptimizer(OptimizerConfig):
     """An optimizer that scales the loss so float16 gradients do not underflow.
 
     Wraps a Keras 3 or a tf_keras optimizer (of either tf_keras family) and
@@ -156,7 +161,7 @@ class LossScaleOptimizer(SkipReporting, OptimizerConfig):
       max_consecutive_skips: None (default: never stop), or an int >= 1:
         the step that completes that many skipped steps in a row raises
         `SkipStreakError` naming the variables and the scale (see
-        `skip_reporting`); with a fixed scale too.
+        `stop`); with a fixed scale too.
       save_telemetry: False (default: checkpoints hold the originals' keys
         only), or True: `skipped_steps` and the record of the run of
         skipped steps are saved and restored with `tf.train.Checkpoint`,
@@ -182,6 +187,8 @@ class LossScaleOptimizer(SkipReporting, OptimizerConfig):
 
     _settings: settings_lib.Settings
     _marks: GradientMarks
+    _telemetry: Telemetry
+    iterations: Any  # The inner optimizer's (each flavour's Keras says).
     _untracked: "_Untracked"
     inner_optimizer: Any
     """The wrapped optimizer. Its hyperparameters (`learning_rate`,
@@ -288,6 +295,8 @@ class LossScaleOptimizer(SkipReporting, OptimizerConfig):
         """Stores the checked settings; every flavour's constructor calls it."""
         self._settings = settings
         self._marks = GradientMarks()
+        self._telemetry = Telemetry(settings.max_consecutive_skips,
+                                    settings.save_telemetry)
 
     def _set_scale_variables(self, variables: step_lib.ScaleVariables
                              ) -> None:
@@ -297,9 +306,9 @@ class LossScaleOptimizer(SkipReporting, OptimizerConfig):
         keys; a tuple attribute would add keys of its own.
         """
         self._untracked = _Untracked(variables)
-        self._make_skip_record()
-        if self._settings.save_telemetry:
-            self._track_telemetry(self.inner_optimizer)
+        self._telemetry.make_variables(variables.skipped)
+        if self._telemetry.save:
+            self._telemetry.track(self.inner_optimizer)
 
     @property
     def _scale_variables(self) -> step_lib.ScaleVariables:
@@ -372,6 +381,47 @@ class LossScaleOptimizer(SkipReporting, OptimizerConfig):
         """
         return tf.convert_to_tensor(self._scale_variables.skipped)
 
+    # The telemetry (`telemetry.Telemetry`, held as `_telemetry`).
+
+    @property
+    def save_telemetry(self) -> bool:
+        """Whether checkpoints hold `skipped_steps` and the skip run."""
+        return self._telemetry.save
+
+    @property
+    def max_consecutive_skips(self) -> Optional[int]:
+        """Skipped steps in a row after which a step raises (None: never)."""
+        return self._telemetry.max_consecutive_skips
+
+    @property
+    def last_skip(self) -> Optional[skip_record.SkipRecord]:
+        """The last skipped step: which gradients, when, where; or None.
+
+        A frozen `SkipRecord`; `str()` of it reads `step 12 skipped on
+        replica 0: Inf entered at dense in the backward pass (the loss was
+        finite); 2 of 40 gradients non-finite in dense; scale 2^15`. Works after an eager step and after a
+        `tf.function` step alike (one host read of a few scalars). Not
+        saved in checkpoints.
+        """
+        return self._telemetry.last_skip()
+
+    def raise_if_stuck(self) -> None:
+        """Raises `SkipStreakError` if the last `max_consecutive_skips`
+        steps were all skipped (does nothing when the knob is None).
+
+        The step calls it itself when it runs eagerly; call it after a
+        `jit_compile=True` step, where a graph check cannot raise.
+        """
+        self._telemetry.raise_if_stuck(
+            lambda: self.iterations, lambda: self.loss_scale,
+            self.min_scale if self.dynamic else None)
+
+    def _skip_recorder(self, grads: List[Any], variables: List[Any]
+                       ) -> Optional[Callable[..., Any]]:
+        """The recorder of this step's skip branch (`Telemetry.recorder`)."""
+        return self._telemetry.recorder(grads, variables,
+                                        lambda: self.iterations)
+
     def _current_scale(self) -> tf.Tensor:
         if self.dynamic:
             return tf.convert_to_tensor(self._scale_variables.scale)
@@ -415,7 +465,7 @@ class LossScaleOptimizer(SkipReporting, OptimizerConfig):
         """What the marks say of the gradients `apply_gradients` got, with
         `scaled` decided by the flavour where no mark says (forgets them)."""
         taken = self._marks.take(grads)
-        self._note_loss(taken.loss)
+        self._telemetry.note_loss(taken.loss)
         if taken.scaled is None:
             taken = taken._replace(
                 scaled=self._unmarked_gradients_are_scaled())

@@ -164,7 +164,7 @@ class TfKerasLossScaleOptimizer(ScalingWarnings,
         the inner optimizer's variables keep their positions: files written
         with tf_keras' own wrapper (which saves only the inner optimizer's)
         load too. With `save_telemetry=True`, then the telemetry (see
-        `SkipReporting._telemetry_variables`), which those files keep then.
+        `Telemetry.by_key`), which those files keep then.
         """
         return _CallableList(
             list(self.inner_optimizer.variables) + self._saved_scale_variables())
@@ -175,7 +175,7 @@ class TfKerasLossScaleOptimizer(ScalingWarnings,
         telemetry = self.save_telemetry if telemetry is None else telemetry
         return [v for v in (variables.scale, variables.good_steps)
                 if v is not None] + (
-            list(self._telemetry_variables().values()) if telemetry else [])
+            list(self._telemetry.by_key().values()) if telemetry else [])
 
     def build(self, var_list: Iterable[tf.Variable]) -> None:
         """Builds the inner optimizer's slots for `var_list`."""

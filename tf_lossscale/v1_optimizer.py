@@ -13,11 +13,13 @@ A skipped step changes no variable, no slot and not `global_step`, as in
 TensorFlow's class: `global_step` counts applied steps. `apply_gradients`
 runs in a replica context and merges into the cross-replica context for the
 loss-scale update, so under a `tf.distribute` strategy a NaN on any one
-replica makes every replica skip. Graph-mode code lives only in this module.
+replica makes every replica skip. Graph-mode code lives only in this module
+(and in the stop's counter of a TF1 graph, `stop.Stop.counter`).
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
 import tensorflow as tf
@@ -31,6 +33,7 @@ from tf_lossscale import (
 )
 from tf_lossscale import finite as finite_lib
 from tf_lossscale import loss_scale as loss_scale_lib
+from tf_lossscale.stop import Stop
 from tf_lossscale.v1_skip_record import V1SkipRecord
 
 __all__ = ["MixedPrecisionLossScaleOptimizer"]
@@ -129,11 +132,12 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
             class), or an int >= 1: the train op that skips that many steps
             in a row fails, naming the variables with non-finite gradients
             and the scale (`tf.errors.InvalidArgumentError` from
-            `Session.run`; eagerly, `tf_lossscale.SkipStreakError`, its
-            subclass, carrying `last_skip`). In a TF1 graph its counter is
-            a variable of the graph (initialize it with the others; a
-            `tf.compat.v1.train.Saver` saves it, a `tf.train.Checkpoint`
-            does not).
+            `Session.run` and `tf.function`; eagerly, once the step has
+            run, `tf_lossscale.SkipStreakError`, its subclass, carrying
+            `last_skip`): the Keras flavours' stop (`stop`). In a TF1 graph
+            its counter is a variable of the graph (initialize it with the
+            others; a `tf.compat.v1.train.Saver` saves it, a
+            `tf.train.Checkpoint` does not).
 
         Raises:
           TypeError: `opt` is not a TF1 optimizer (the error is also a
@@ -145,15 +149,12 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
         if max_consecutive_skips is not None:
             max_consecutive_skips = _checks.check_int(
                 "max_consecutive_skips", max_consecutive_skips, minimum=1)
-        self._max_consecutive_skips = max_consecutive_skips
-        self._streaks: dict = {}  # Graph -> its run-of-skips counter.
+        self._stop = Stop(max_consecutive_skips)
         self._record: Optional[V1SkipRecord] = None
         if V1SkipRecord.available():
             # Made now, not by a first step: a `tf.function` that creates
             # variables traces twice (TensorFlow's optimizer: once).
             self._record = V1SkipRecord()
-            if max_consecutive_skips is not None:
-                _streak_variable(self)
         # The wrapper applies nothing itself, so locking is the inner's.
         super().__init__(use_locking=False, name=opt.get_name())
         self._optimizer = opt
@@ -305,9 +306,16 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
         """
         name = name or self.get_name()
         grads = [g for g, _ in grads_and_vars]
+        mode = finite_lib.compile_mode()
         record = self._skip_record()
-        scale = None if record is None else self._loss_scale()  # Before update.
-        update_op, should_apply = self._loss_scale.update(grads)
+        stops = self._stop.limit is not None
+        # The scale the step uses, read before the update (in a TF1 graph,
+        # which orders no stateful ops, by a control dependency).
+        scale = (self._loss_scale() if record is not None or stops
+                 else None)
+        with (tf.control_dependencies([scale]) if record is None and stops
+              else contextlib.nullcontext()):
+            update_op, should_apply = self._loss_scale.update(grads)
         if should_apply is True:
             # A fixed scale says "apply" whatever the gradients; a step with
             # a NaN or Inf is skipped all the same (docs/differences.md).
@@ -320,13 +328,19 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
             return strategy.group(per_replica)
 
         skip_fn: Callable[[], Any] = tf.no_op
-        if self._max_consecutive_skips is not None:
-            apply_fn, skip_fn = _stop_branches(
-                self, apply_fn, grads, [v for _, v in grads_and_vars],
-                strategy)
         if record is not None:
+            check = None
+            if stops and not tf.executing_eagerly() and (
+                    mode is not finite_lib.Mode.WHOLE):
+                check = self._check_streak
             skip_fn = record.recording(skip_fn, grads_and_vars, strategy,
-                                       scale)
+                                       scale, check)
+        elif stops:
+            present = [(g, v) for g, v in grads_and_vars if g is not None]
+            apply_fn, skip_fn = self._stop.counting(
+                apply_fn, skip_fn, scale,
+                [gradient_check.variable_name(v) for _, v in present],
+                lambda: _nonfinite([g for g, _ in present], strategy))
         if any(_tf_private.is_reference_variable(v)
                for _, v in grads_and_vars):
             # A reference variable (use_resource=False) cannot be captured
@@ -337,11 +351,23 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
         else:
             maybe_apply = distribute.branch(
                 should_apply, apply_fn, skip_fn,
-                finite_lib.compile_mode() is finite_lib.Mode.WHOLE)
+                mode is finite_lib.Mode.WHOLE)
         counted = None if record is None else record.count_step()
         ops = [op for op in (maybe_apply, update_op, counted)
                if op is not None]
-        return tf.group(*ops, name=name)
+        train_op = tf.group(*ops, name=name)
+        if stops and record is not None and tf.executing_eagerly():
+            # The step has run: the stop's eager half (as the Keras
+            # flavours' step calls `raise_if_stuck`).
+            self._stop.raise_if_stuck(record.read(), lambda: record.steps,
+                                      self._loss_scale, None)
+        return train_op
+
+    def _check_streak(self, variables: skip_record.RecordVariables,
+                      names: List[str]) -> Any:
+        """The stop's check on the record a traced step wrote."""
+        return self._stop.check(variables.streak, variables.scale, names,
+                                variables.indices, variables.step)
 
     def _skip_record(self) -> Optional[V1SkipRecord]:
         """The record a step built here writes; None in a TF1 graph."""
@@ -352,67 +378,14 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
         return self._record
 
 
-def _streak_variable(optimizer: MixedPrecisionLossScaleOptimizer) -> Any:
-    """The run-of-skips counter of the current TF1 graph (made once per
-    graph), or, eagerly and in every `tf.function`, the one eager counter
-    (a `tf.function` traces in graphs of its own: one counter each would
-    make it create variables on a second trace, which it refuses)."""
-    graph = None if V1SkipRecord.available() else (
-        tf.compat.v1.get_default_graph())
-    if graph not in optimizer._streaks:
-        with tf.init_scope():
-            optimizer._streaks[graph] = tf.Variable(
-                0, dtype=tf.int64, trainable=False, name="skip_streak",
-                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
-    return optimizer._streaks[graph]
-
-
-def _stop_branches(self: MixedPrecisionLossScaleOptimizer,
-               apply_fn: Callable[[], Any], grads: List[Any],
-               variables: List[Any], strategy: tf.distribute.Strategy
-               ) -> Tuple[Callable[[], Any], Callable[[], Any]]:
-    """`apply_fn` that ends the run of skips, and a skip that counts it and
-    fails at `max_consecutive_skips` (see `__init__`)."""
-    streak = _streak_variable(self)
-    limit = int(self._max_consecutive_skips or 0)
-    names = [gradient_check.variable_name(v)
-             for g, v in zip(grads, variables) if g is not None]
-    present = [g for g in grads if g is not None]
-
-    def apply_and_reset() -> Any:
-        with tf.control_dependencies(tf.nest.flatten(apply_fn())):
-            return streak.assign(0)
-
-    def count_and_check() -> Any:
-        count = streak.assign_add(1)
-        bad = [tf.reduce_any([
-            tf.logical_not(tf.reduce_all(tf.math.is_finite(
-                x.values if isinstance(x, tf.IndexedSlices) else x)))
-            for x in strategy.experimental_local_results(g)])
-            for g in present]
-        scale = tf.strings.as_string(self._loss_scale(), shortest=True)
-        if tf.executing_eagerly():
-            if int(count) >= limit:
-                named = [n for n, b in zip(names, bad) if bool(b)]
-                raise skip_record.SkipStreakError(
-                    f"{int(count)} steps in a row were skipped "
-                    f"(max_consecutive_skips={limit}); the last had "
-                    f"non-finite gradients: {', '.join(named)}; scale "
-                    f"{float(self._loss_scale()):g}.", self.last_skip)
-            return count
-        named = tf.strings.reduce_join(
-            tf.boolean_mask(tf.constant(names), tf.stack(bad)),
-            separator=", ")
-        message = tf.strings.join([
-            "SkipStreakError: ", tf.strings.as_string(count),
-            f" steps in a row were skipped (max_consecutive_skips={limit}); "
-            "the last had non-finite gradients: ", named, "; scale ",
-            scale])
-        with tf.control_dependencies([tf.debugging.Assert(
-                count < limit, [message])]):
-            return tf.identity(count)
-
-    return apply_and_reset, count_and_check
+def _nonfinite(grads: List[Any], strategy: tf.distribute.Strategy) -> Any:
+    """Per gradient, whether any replica's holds a NaN or an Inf (the
+    names of a TF1 graph's stop, which keeps no record)."""
+    return tf.stack([tf.reduce_any([
+        tf.logical_not(tf.reduce_all(tf.math.is_finite(
+            x.values if isinstance(x, tf.IndexedSlices) else x)))
+        for x in strategy.experimental_local_results(g)])
+        for g in grads])
 
 
 def _scaled_loss(loss: LossLike, scale: tf.Tensor) -> LossLike:

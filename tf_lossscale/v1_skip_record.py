@@ -48,12 +48,16 @@ class V1SkipRecord:
         return tf.executing_eagerly() or tf.inside_function()
 
     def recording(self, skip: Callable[[], Any], grads_and_vars: Sequence[Any],
-                  strategy: tf.distribute.Strategy, scale: tf.Tensor
+                  strategy: tf.distribute.Strategy, scale: tf.Tensor,
+                  check: Optional[Callable[[skip_record.RecordVariables,
+                                            List[str]], Any]] = None
                   ) -> Callable[[], Any]:
-        """`skip`, preceded by recording the step's gradients; notes the
-        variables' names (the record holds their indices)."""
+        """`skip`, preceded by recording the step's gradients and, with
+        `check` (the stop's), running it on the written record and the
+        names; notes the variables' names (the record holds their
+        indices)."""
         present = [(g, v) for g, v in grads_and_vars if g is not None]
-        self.names = [variable_name(v) for _, v in present]
+        self.names = names = [variable_name(v) for _, v in present]
         local = [strategy.experimental_local_results(g) for g, _ in present]
 
         def record_then_skip() -> Any:
@@ -62,7 +66,11 @@ class V1SkipRecord:
             written = skip_record.record_replicas(
                 self.variables, per_replica, tf.convert_to_tensor(self.steps),
                 scale)
-            with tf.control_dependencies([written]):
+            done = [written]
+            if check is not None:
+                with tf.control_dependencies([written]):
+                    done.append(check(self.variables, list(names)))
+            with tf.control_dependencies(done):
                 return skip()
 
         return record_then_skip
