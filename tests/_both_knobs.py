@@ -57,12 +57,6 @@ def make(flavour: Flavour, **kwargs: Any) -> Any:
     return flavour.wrap(flavour.optimizers.Adam(0.01, name="adam"), **kwargs)
 
 
-def slots(opt: Any) -> List[Any]:
-    """The inner optimizer's variables other than `iterations`."""
-    return [v for v in opt.inner_optimizer.variables
-            if "iteration" not in v.name]
-
-
 def build(flavour: Flavour, mode: str, strategy: Any,
           **knobs: Any) -> Tuple[Any, Any, Callable[[bool], None]]:
     """A variable, an optimizer with `knobs`, and a step in `mode`: one
@@ -110,12 +104,12 @@ def run_and_check(flavour: Flavour, mode: str, strategy: Any,
         hysteresis=opt.hysteresis)
     scales = []
     for n, flag in enumerate(flags, start=1):
-        weights, state = _bits([var]), _bits([var] + slots(opt))
+        weights, state = _bits([var]), _bits([var] + flavour.slots(opt))
         step(flag)
         if flag:
             assert _bits([var]) != weights, f"step {n} was not applied"
         else:
-            assert _bits([var] + slots(opt)) == state, (
+            assert _bits([var] + flavour.slots(opt)) == state, (
                 f"step {n} was skipped but changed a variable or a slot")
         scale, counter = model.step(flag)
         assert [float(s) for s in replica_values(opt.dynamic_scale)] == [

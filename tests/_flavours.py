@@ -46,6 +46,8 @@ class Flavour:
     keras: types.ModuleType  # `keras` or `tf_keras`.
     original: type  # The framework's own LossScaleOptimizer.
     class_name: str  # What `tf_lossscale.LossScaleOptimizer(...)` builds.
+    # The words naming the inner optimizer a TypeError says it wants.
+    optimizer_kind: str
     # What our get_config writes with default knobs, and what the
     # original's writes (Keras 3's own writes no `dynamic`).
     config_keys: FrozenSet[str]
@@ -65,6 +67,25 @@ class Flavour:
 
     def variable(self, value: Any) -> Any:
         return self.make_variable(value)
+
+    def hand(self, opt: Any, grad: Any) -> Any:
+        """What a user hands this flavour's `apply_gradients` for the true
+        gradient `grad` (a tensor or `tf.IndexedSlices`): Keras 3 takes it
+        scaled (times `opt.loss_scale`), tf_keras as it is (unmarked, as a
+        loop that unscales by itself hands it over)."""
+        if not self.applies_scaled:
+            return grad
+        scale = tf.cast(opt.loss_scale, grad.dtype)
+        if isinstance(grad, tf.IndexedSlices):
+            return tf.IndexedSlices(grad.values * scale, grad.indices,
+                                    grad.dense_shape)
+        return grad * scale
+
+    @staticmethod
+    def slots(opt: Any) -> List[Any]:
+        """The inner optimizer's variables other than `iterations`."""
+        return [v for v in opt.inner_optimizer.variables
+                if "iteration" not in v.name]
 
     def to_apply(self, opt: Any, scaled_grads: Sequence[Any]) -> List[Any]:
         """What this flavour's flow hands `apply_gradients`, from the
@@ -92,7 +113,8 @@ def keras3() -> Flavour:
     return Flavour(
         name="keras3", keras=keras,
         original=keras.mixed_precision.LossScaleOptimizer,
-        class_name="LossScaleOptimizer",
+        class_name="KerasLossScaleOptimizer",
+        optimizer_kind="keras.optimizers.Optimizer",
         config_keys=frozenset({"name", "inner_optimizer", "dynamic",
                                "initial_scale", "dynamic_growth_steps"}),
         original_config_keys=frozenset({"name", "inner_optimizer",
@@ -108,6 +130,7 @@ def tf_keras() -> Flavour:
         name="tf_keras", keras=module,
         original=module.mixed_precision.LossScaleOptimizer,
         class_name="TfKerasLossScaleOptimizer",
+        optimizer_kind="tf_keras optimizer",
         config_keys=frozenset({"inner_optimizer", "dynamic",
                                "initial_scale", "dynamic_growth_steps"}),
         original_config_keys=frozenset({"inner_optimizer", "dynamic",
