@@ -20,22 +20,11 @@ import _model
 import numpy as np
 import pytest
 import tensorflow as tf
-from _flavours import Flavour
+from _flavours import Flavour, replica_values
 
 import tf_lossscale
 
 MODES = ["eager", "function", "mirrored"]
-
-
-def replica_values(variable: Any) -> List[np.ndarray]:
-    """Every replica's value of a (Keras or TF, mirrored or not) variable."""
-    inner = getattr(variable, "value", None)  # A Keras 3 variable's...
-    if inner is None or callable(inner):  # ...not tf.Variable.value().
-        inner = variable
-    values = getattr(inner, "values", None)
-    if values is None:
-        return [np.asarray(tf.convert_to_tensor(inner))]
-    return [np.asarray(v.numpy()) for v in values]
 
 
 def _bits(variables: Sequence[Any]) -> List[bytes]:

@@ -25,11 +25,12 @@ import dataclasses
 import types
 from typing import Any, Callable, FrozenSet, List, Optional, Sequence
 
+import numpy as np
 import tensorflow as tf
 
 import tf_lossscale
 
-__all__ = ["Flavour", "keras3", "tf_keras"]
+__all__ = ["Flavour", "keras3", "replica_values", "tf_keras"]
 
 Edit = Callable[[List[Any]], List[Any]]
 
@@ -105,6 +106,17 @@ class Flavour:
                     else opt.get_scaled_loss(loss_fn()))
         grads = self.to_apply(opt, tape.gradient(loss, list(variables)))
         opt.apply_gradients(zip((edit or _as_is)(grads), variables))
+
+
+def replica_values(variable: Any) -> List[np.ndarray]:
+    """Every replica's value of a (Keras or TF, mirrored or not) variable."""
+    inner = getattr(variable, "value", None)  # A Keras 3 variable's...
+    if inner is None or callable(inner):  # ...not tf.Variable.value().
+        inner = variable
+    values = getattr(inner, "values", None)
+    if values is None:
+        return [np.asarray(tf.convert_to_tensor(inner))]
+    return [np.asarray(v.numpy()) for v in values]
 
 
 def keras3() -> Flavour:
