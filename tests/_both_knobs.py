@@ -263,5 +263,70 @@ def test_a_non_default_knob_is_in_the_config_and_restored(flavour, knob):
     assert getattr(again, knob) == value
 
 
+# Where the hysteresis count is saved: tf_keras names it under `loss_scale`;
+# Keras 3 names an optimizer's variables by position, the count one more
+# after Keras' own (so theirs keep their keys).
+BAD_STEPS_KEY = {"keras3": None, "tf_keras": "loss_scale/bad_steps"}
+
+
+@pytest.mark.parametrize("initial, period, learning_rate, momentum", [
+    (64.0, 10, 0.1, 0.9), (8.0, 2, 0.125, 0.5)])
+def test_hysteresis_state_is_checkpointed_only_with_hysteresis(
+        flavour, tmp_path, initial, period, learning_rate, momentum):
+    def step(opt: Any, var: Any, grad: Any) -> None:
+        """Hands over `grad` as the flavour's own flow does (tf_keras':
+        through get_unscaled_gradients)."""
+        scaled = tf.constant(grad) * opt.loss_scale
+        (handed,) = flavour.to_apply(opt, [scaled])
+        opt.apply_gradients([(handed, var)])
+
+    def trained(**knobs: Any) -> Tuple[Any, Any]:
+        """A variable and optimizer after a finite step and a NaN step."""
+        var, opt = fresh([1.0, 2.0], **knobs)
+        for grad in ([1.0, 1.0], [np.nan, 1.0]):
+            step(opt, var, grad)
+        return var, opt
+
+    def fresh(value: List[float], **knobs: Any) -> Tuple[Any, Any]:
+        var = flavour.variable(value)
+        opt = flavour.wrap(
+            flavour.optimizers.SGD(learning_rate, momentum=momentum),
+            initial_scale=initial, dynamic_growth_steps=period, **knobs)
+        opt.build([var])
+        return var, opt
+
+    def write(var: Any, opt: Any, name: str) -> str:
+        return tf.train.Checkpoint(var=var, optimizer=opt).write(
+            str(tmp_path / name))
+
+    plain = checkpoint_keys(write(*trained(min_scale=0.5, growth_factor=3.0),
+                                  "plain"))
+    assert not any("bad_steps" in key for key in plain)
+    var, counting = trained(hysteresis=3)
+    # One spike so far (not yet a back-off): the restored count remembers it.
+    assert float(counting.loss_scale) == initial
+    path = write(var, counting, "counting")
+    extra = sorted(set(checkpoint_keys(path)) - set(plain))
+    assert len(extra) == 1, extra
+    if BAD_STEPS_KEY[flavour.name] is not None:
+        assert BAD_STEPS_KEY[flavour.name] in extra[0], extra
+    assert tf.train.load_variable(path, extra[0]) == 1
+    assert set(plain) <= set(checkpoint_keys(path))
+
+    new_var, restored = fresh([0.0, 0.0], hysteresis=3)
+    tf.train.Checkpoint(var=new_var, optimizer=restored).read(
+        path).assert_consumed()
+    nan = [np.nan, 1.0]
+    # The 2nd spike of 3, then the 3rd backs off.
+    for expected in (initial, initial / 2):
+        step(restored, new_var, nan)
+        assert float(restored.loss_scale) == expected
+    # Without the restored count, two spikes do not back off.
+    new_var, unrestored = fresh([0.0, 0.0], hysteresis=3)
+    for _ in range(2):
+        step(unrestored, new_var, nan)
+    assert float(unrestored.loss_scale) == initial
+
+
 # What a module of each side imports to run the tests above (with `mode`).
 __all__ = ["mode"] + [name for name in dir() if name.startswith("test_")]

@@ -331,37 +331,6 @@ def test_default_knob_checkpoints_interchange_with_keras_own(tmp_path):
     assert _state(ours) == (32.0, 0, 1)
 
 
-def test_hysteresis_state_is_checkpointed_only_with_hysteresis(tmp_path):
-    make = tf_lossscale.LossScaleOptimizer
-    _, plain = _trained(make, min_scale=0.5, growth_factor=3.0)
-    plain_keys = checkpoint_keys(tf.train.Checkpoint(optimizer=plain).write(
-        str(tmp_path / "plain")))
-    _, counting = _trained(make, hysteresis=3)
-    path = tf.train.Checkpoint(optimizer=counting).write(
-        str(tmp_path / "counting"))
-    # Keras 3 names an optimizer's variables by position: the count is one
-    # more, after Keras' own (so theirs keep their keys), holding 1 spike.
-    extra = sorted(set(checkpoint_keys(path)) - set(plain_keys))
-    assert len(extra) == 1, extra
-    assert tf.train.load_variable(path, extra[0]) == 1
-    assert set(plain_keys) <= set(checkpoint_keys(path))
-    # One spike so far (not yet a back-off): the restored count remembers it.
-    assert _state(counting)[0] == 64.0
-
-    var, restored = _fresh(make, hysteresis=3)
-    tf.train.Checkpoint(optimizer=restored).read(path).assert_consumed()
-    nan = [(tf.constant([np.nan, 1.0]), var)]
-    restored.apply_gradients(nan)
-    assert float(restored.loss_scale) == 64.0  # 2 spikes of 3.
-    restored.apply_gradients(nan)
-    assert float(restored.loss_scale) == 32.0  # The 3rd backs off.
-    # Without the restored count, two spikes do not back off.
-    var, fresh = _fresh(make, hysteresis=3)
-    for _ in range(2):
-        fresh.apply_gradients([(tf.constant([np.nan, 1.0]), var)])
-    assert float(fresh.loss_scale) == 64.0
-
-
 def test_readme_scaling_policy_example_runs_as_written():
     (block,) = readme_blocks("scaling-policy")
     namespace = run_readme_block(block)

@@ -85,21 +85,3 @@ def test_default_knob_checkpoints_hold_tf_keras_own_keys(tmp_path):
     assert checkpoint_keys(ours) == checkpoint_keys(theirs)
 
 
-def test_hysteresis_state_is_checkpointed_only_with_hysteresis(tmp_path):
-    plain = checkpoint_keys(_write(
-        *_trained(OURS, min_scale=0.5, growth_factor=3.0), tmp_path / "p"))
-    assert not any("bad_steps" in key for key in plain)
-    var, counting = _trained(OURS, hysteresis=3)
-    assert float(counting.loss_scale) == 8.0  # One spike: no back-off.
-    path = _write(var, counting, tmp_path / "counting")
-    extra = sorted(set(checkpoint_keys(path)) - set(plain))
-    assert len(extra) == 1 and "loss_scale/bad_steps" in extra[0], extra
-    assert tf.train.load_variable(path, extra[0]) == 1
-
-    new_var, restored = _fresh(OURS, hysteresis=3)
-    tf.train.Checkpoint(var=new_var, optimizer=restored).read(
-        path).assert_consumed()
-    for expected in (8.0, 4.0):  # The 2nd spike of 3, then the 3rd.
-        (nan,) = restored.get_unscaled_gradients([tf.constant([np.nan, 1.])])
-        restored.apply_gradients([(nan, new_var)])
-        assert float(restored.loss_scale) == expected
