@@ -119,6 +119,10 @@ def replica_values(variable: Any) -> List[np.ndarray]:
     return [np.asarray(v.numpy()) for v in values]
 
 
+# The keys every LossScaleOptimizer's config has, ours and the originals'.
+_KEYS = frozenset({"inner_optimizer", "initial_scale", "dynamic_growth_steps"})
+
+
 def keras3() -> Flavour:
     """Keras 3's flavour (the main test process)."""
     import keras
@@ -127,25 +131,18 @@ def keras3() -> Flavour:
         original=keras.mixed_precision.LossScaleOptimizer,
         class_name="KerasLossScaleOptimizer",
         optimizer_kind="keras.optimizers.Optimizer",
-        config_keys=frozenset({"name", "inner_optimizer", "dynamic",
-                               "initial_scale", "dynamic_growth_steps"}),
-        original_config_keys=frozenset({"name", "inner_optimizer",
-                                        "initial_scale",
-                                        "dynamic_growth_steps"}),
+        config_keys=_KEYS | {"name", "dynamic"},
+        original_config_keys=_KEYS | {"name"},  # Keras 3's: no `dynamic`.
         make_variable=keras.Variable, applies_scaled=True)
 
 
 def tf_keras() -> Flavour:
     """tf_keras' flavour (only where TF_USE_LEGACY_KERAS=1 was set first)."""
     import tf_keras as module
-    return Flavour(
-        name="tf_keras", keras=module,
-        original=module.mixed_precision.LossScaleOptimizer,
-        class_name="TfKerasLossScaleOptimizer",
-        optimizer_kind="tf_keras optimizer",
-        config_keys=frozenset({"inner_optimizer", "dynamic",
-                               "initial_scale", "dynamic_growth_steps"}),
-        original_config_keys=frozenset({"inner_optimizer", "dynamic",
-                                        "initial_scale",
-                                        "dynamic_growth_steps"}),
-        make_variable=tf.Variable, applies_scaled=False)
+    keys = _KEYS | {"dynamic"}  # No `name`, ours or tf_keras'.
+    return Flavour(name="tf_keras", keras=module,
+                   original=module.mixed_precision.LossScaleOptimizer,
+                   class_name="TfKerasLossScaleOptimizer",
+                   optimizer_kind="tf_keras optimizer", config_keys=keys,
+                   original_config_keys=keys, make_variable=tf.Variable,
+                   applies_scaled=False)
