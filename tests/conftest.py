@@ -27,3 +27,12 @@ def mirrored_strategy() -> tf.distribute.MirroredStrategy:
     if not _MIRRORED:
         _MIRRORED.append(tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]))
     return _MIRRORED[0]
+
+
+@pytest.fixture(scope="session")
+def flavour():
+    """Keras 3's flavour, for the tests written once for both Kerases
+    (`tests/_flavours.py`); tests/tf_keras_cases/conftest.py gives tf_keras'.
+    """
+    import _flavours  # Not before the logical CPUs above exist.
+    return _flavours.keras3()

@@ -1,13 +1,17 @@
 """The Keras 3 LossScaleOptimizer under MirroredStrategy (two logical CPUs).
 
 The steps run as `fit` runs them: `strategy.run` of a train step that
-scales the loss and calls `apply_gradients`, inside a `tf.function`.
+scales the loss and calls `apply_gradients`, inside a `tf.function`. The
+tests that hold on both Kerases are written once, in _both_distributed.py,
+and run here on Keras 3 (imported below) and in
+tf_keras_cases/cases_distributed.py on tf_keras.
 """
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from _both_distributed import *  # noqa: F403 (the tests on both Kerases)
 
 import tf_lossscale
 
@@ -138,16 +142,6 @@ def test_documented_flow_with_a_collective_between_unscale_and_apply(
     step()
     np.testing.assert_allclose(_replica_values(var), [[0.6, 1.2]] * 2,
                                rtol=1e-6)
-
-
-def test_apply_in_a_cross_replica_context_raises_and_changes_nothing(
-        mirrored_strategy):
-    var, opt = _build(mirrored_strategy, "ours")
-    with mirrored_strategy.scope():
-        with pytest.raises(ValueError, match="replica context"):
-            opt.apply_gradients([(tf.constant([1.0, 1.0]), var)])
-    assert int(opt.iterations.numpy()) == 0
-    np.testing.assert_array_equal(_replica_values(var), [[1.0, 2.0]] * 2)
 
 
 def test_fit_under_mirrored_strategy_trains_with_mixed_float16(

@@ -12,24 +12,34 @@
   round-trip through `get_config` / `from_config`, and the hysteresis count
   is in checkpoints only with `hysteresis != 1`.
 
-The tf_keras flavour gets the same optimizer-level tests in
-`tf_keras_cases/cases_knobs.py`, which imports the flavour-free helpers
-(`run_and_check`, `BAD_KNOBS`, ...) from here.
+The optimizer-level tests that hold on both Kerases are written once, in
+`_both_knobs.py`: this module runs them on Keras 3 (it imports them, and the
+`flavour` fixture is Keras 3's here), `tf_keras_cases/cases_knobs.py` on
+tf_keras.
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import pathlib
 import re
-from typing import Any, Callable, Dict, List, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
+import _flavours
 import _model
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from _both_knobs import *  # noqa: F403 (the tests on both Kerases)
+from _both_knobs import (
+    DEFAULT_KNOBS,
+    NON_DEFAULT_KNOBS,
+    build,
+    checkpoint_keys,
+    make,
+    run_and_check,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -199,182 +209,7 @@ def test_default_rule_of_the_settings_is_tensorflows_rule():
         assert (float(state.scale), int(state.good_steps)) == model.step(flag)
 
 
-# --- Optimizer-level helpers, shared with tf_keras_cases/cases_knobs.py --
-
-MODES = ["eager", "function", "mirrored"]
-
-
-def replica_values(variable: Any) -> List[np.ndarray]:
-    """Every replica's value of a (Keras or TF, mirrored or not) variable."""
-    inner = getattr(variable, "value", None)  # A Keras 3 variable's...
-    if inner is None or callable(inner):  # ...not tf.Variable.value().
-        inner = variable
-    values = getattr(inner, "values", None)
-    if values is None:
-        return [np.asarray(tf.convert_to_tensor(inner))]
-    return [np.asarray(v.numpy()) for v in values]
-
-
-def _bits(variables: Sequence[Any]) -> List[bytes]:
-    return [v.tobytes() for var in variables for v in replica_values(var)]
-
-
-class Flavour:
-    """What differs between the Keras 3 and the tf_keras tests."""
-
-    def make(self, **kwargs: Any) -> Any:
-        """A LossScaleOptimizer around a fresh Adam."""
-        raise NotImplementedError
-
-    def variable(self, value: List[float]) -> Any:
-        raise NotImplementedError
-
-    def replica_step(self, opt: Any, var: Any, finite: tf.Tensor) -> None:
-        """One step of `loss = sum(var**2)`; NaN on the last replica if not
-        `finite`."""
-        raise NotImplementedError
-
-    def slots(self, opt: Any) -> List[Any]:
-        """The inner optimizer's variables other than `iterations`."""
-        return [v for v in opt.inner_optimizer.variables
-                if "iteration" not in v.name]
-
-
-def poison(grads: List[tf.Tensor], finite: tf.Tensor) -> List[tf.Tensor]:
-    """NaN gradients on the last replica (the only one when not
-    distributed) unless `finite`."""
-    context = tf.distribute.get_replica_context()
-    last = tf.equal(context.replica_id_in_sync_group,
-                    context.num_replicas_in_sync - 1)
-    bad = tf.logical_and(tf.logical_not(finite), last)
-    return [tf.where(bad, g * np.nan, g) for g in grads]
-
-
-def build(flavour: Flavour, mode: str, strategy: Any,
-          **knobs: Any) -> Tuple[Any, Any, Callable[[bool], None]]:
-    """A variable, an optimizer with `knobs`, and a step in `mode`."""
-    scope = (strategy.scope() if mode == "mirrored"
-             else contextlib.nullcontext())
-    with scope:
-        var = flavour.variable([1.0, -2.0])
-        opt = flavour.make(**knobs)
-        opt.build([var])
-
-    def replica_step(finite: tf.Tensor) -> None:
-        flavour.replica_step(opt, var, finite)
-
-    if mode == "eager":
-        fn: Callable[[tf.Tensor], Any] = replica_step
-    elif mode == "function":
-        fn = tf.function(replica_step)
-    else:
-        fn = tf.function(
-            lambda finite: strategy.run(replica_step, args=(finite,)))
-    return var, opt, lambda flag: fn(tf.constant(flag))
-
-
-def run_and_check(flavour: Flavour, mode: str, strategy: Any,
-                  flags: Sequence[bool], **knobs: Any) -> List[float]:
-    """Runs `flags` (True: finite) and checks every step against the model.
-
-    After each step: the scale and the counter equal the model's (on every
-    replica), `skipped_steps` counts the skipped steps once (not per
-    replica), `iterations` counts every step, and a skipped step left the
-    variable and every slot bit for bit as they were (an applied one moved
-    the variable). Returns the scale after each step.
-    """
-    var, opt, step = build(flavour, mode, strategy, **knobs)
-    initial = opt.initial_scale
-    model = _model.PythonLossScale(
-        initial, opt.dynamic_growth_steps,
-        growth_factor=opt.growth_factor, backoff_factor=opt.backoff_factor,
-        min_scale=opt.min_scale, max_scale=opt.max_scale,
-        hysteresis=opt.hysteresis)
-    scales = []
-    for n, flag in enumerate(flags, start=1):
-        weights, state = _bits([var]), _bits([var] + flavour.slots(opt))
-        step(flag)
-        if flag:
-            assert _bits([var]) != weights, f"step {n} was not applied"
-        else:
-            assert _bits([var] + flavour.slots(opt)) == state, (
-                f"step {n} was skipped but changed a variable or a slot")
-        scale, counter = model.step(flag)
-        assert [float(s) for s in replica_values(opt.dynamic_scale)] == [
-            scale] * len(replica_values(opt.dynamic_scale)), (n, knobs)
-        assert float(opt.loss_scale) == scale
-        # A tensor on Keras 3's flavour, the variable on tf_keras' (as
-        # tf_keras returns it; int() of a MirroredVariable fails there).
-        assert int(tf.convert_to_tensor(opt.dynamic_counter)) == counter
-        assert int(opt.skipped_steps) == flags[:n].count(False)
-        assert {int(s) for s in replica_values(opt.iterations)} == {n}
-        scales.append(scale)
-    return scales
-
-
-# Bad values: each raises ValueError naming the knob.
-BAD_KNOBS: List[Tuple[str, Any]] = [
-    ("min_scale", 0), ("min_scale", -1.0), ("min_scale", float("nan")),
-    ("min_scale", float("inf")), ("min_scale", "1"), ("min_scale", True),
-    ("min_scale", 1e-46),  # 0 as a float32.
-    ("max_scale", 0.5),  # Below the default min_scale of 1.
-    ("max_scale", float("inf")), ("max_scale", 1e39), ("max_scale", "big"),
-    ("growth_factor", 1), ("growth_factor", 0.5), ("growth_factor", None),
-    ("growth_factor", 1 + 1e-9),  # 1.0 as a float32.
-    ("growth_factor", float("nan")),
-    ("backoff_factor", 0), ("backoff_factor", 1), ("backoff_factor", 1.5),
-    ("backoff_factor", -0.5), ("backoff_factor", None),
-    ("backoff_factor", 1 - 1e-9),  # 1.0 as a float32.
-    ("hysteresis", 0), ("hysteresis", 1.5), ("hysteresis", "2"),
-    ("hysteresis", True), ("hysteresis", None),
-]
-
-# Bounds that do not hold the initial scale: (knobs, names in the message).
-BAD_BOUNDS: List[Tuple[Dict[str, Any], Tuple[str, ...]]] = [
-    ({"min_scale": 4.0, "initial_scale": 2.0}, ("initial_scale",
-                                                "min_scale")),
-    ({"max_scale": 8.0, "initial_scale": 16.0}, ("initial_scale",
-                                                 "max_scale")),
-    # The default initial scale, 2**15, is above this max_scale.
-    ({"max_scale": 1024.0}, ("initial_scale", "max_scale")),
-    ({"min_scale": 2.0, "max_scale": 1.0, "initial_scale": 1.5},
-     ("max_scale",)),
-    # A subnormal start would read as 0 and never grow.
-    ({"min_scale": 1e-40, "initial_scale": 1e-39}, ("initial_scale",
-                                                    "2**-126")),
-]
-
-# Knobs away from their defaults, each refused with dynamic=False.
-NON_DEFAULT_KNOBS: Dict[str, Any] = {
-    "min_scale": 0.5, "max_scale": 2.0**20, "growth_factor": 3.0,
-    "backoff_factor": 0.25, "hysteresis": 2}
-
-DEFAULT_KNOBS: Dict[str, Any] = {
-    "min_scale": 1.0, "max_scale": None, "growth_factor": 2.0,
-    "backoff_factor": 0.5, "hysteresis": 1}
-
-
-def check_bad_knob(flavour: Flavour, knob: str, value: Any) -> None:
-    with pytest.raises(ValueError, match=knob):
-        flavour.make(**{knob: value})
-
-
-def check_bad_bounds(flavour: Flavour, kwargs: Dict[str, Any],
-                     names: Tuple[str, ...]) -> None:
-    with pytest.raises(ValueError) as raised:
-        flavour.make(**kwargs)
-    for name in names:
-        assert name in str(raised.value)
-
-
-def check_knob_refused_when_fixed(flavour: Flavour, knob: str) -> None:
-    with pytest.raises(ValueError, match=knob):
-        flavour.make(dynamic=False, initial_scale=8.0,
-                     **{knob: NON_DEFAULT_KNOBS[knob]})
-    # At its default it is no knob at all.
-    opt = flavour.make(dynamic=False, initial_scale=8.0,
-                       **{knob: DEFAULT_KNOBS[knob]})
-    assert getattr(opt, knob) == DEFAULT_KNOBS[knob]
+# --- Docs examples (test_monitor.py runs its page's with these too) --------
 
 
 DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs"
@@ -397,43 +232,13 @@ def run_readme_block(block: str) -> Dict[str, Any]:
     return namespace
 
 
-def checkpoint_keys(path: str) -> List[str]:
-    return sorted(name for name, _ in tf.train.list_variables(path))
+# --- On the Keras 3 optimizer ---------------------------------------------
+# The tests of tests/_both_knobs.py run here too (imported above), with the
+# `flavour` fixture Keras 3's: the steps against the model in every mode, bad
+# values, the config with default and non-default knobs.
 
 
-# --- Keras 3 ----------------------------------------------------------------
-
-
-class Keras3(Flavour):
-    def make(self, **kwargs: Any) -> Any:
-        return tf_lossscale.LossScaleOptimizer(
-            keras.optimizers.Adam(0.01, name="adam"), **kwargs)
-
-    def variable(self, value: List[float]) -> Any:
-        return keras.Variable(value)
-
-    def replica_step(self, opt: Any, var: Any, finite: tf.Tensor) -> None:
-        # Keras 3's flow, as `fit` runs it: scaled gradients to apply.
-        with tf.GradientTape() as tape:
-            loss = opt.scale_loss(tf.reduce_sum(var * var))
-        grads = poison(tape.gradient(loss, [var]), finite)
-        opt.apply_gradients(zip(grads, [var]))
-
-
-KERAS3 = Keras3()
-
-
-@pytest.fixture(params=MODES)
-def mode(request: Any) -> str:
-    return request.param
-
-
-def test_scale_goes_below_one_with_min_scale_below_one(mode,
-                                                       mirrored_strategy):
-    scales = run_and_check(
-        KERAS3, mode, mirrored_strategy, [False] * 6 + [True],
-        initial_scale=1.0, min_scale=1 / 16, dynamic_growth_steps=100)
-    assert scales == [0.5, 0.25, 0.125, 0.0625, 0.0625, 0.0625, 0.0625]
+KERAS3 = _flavours.keras3()
 
 
 def test_a_subnormal_min_scale_floors_at_the_smallest_normal_float32(
@@ -452,41 +257,6 @@ def test_a_subnormal_min_scale_floors_at_the_smallest_normal_float32(
     assert scales == [2.0**-126, 2.0**-126, 2.0**-126, 2.0**-125, 2.0**-124]
 
 
-def test_max_scale_caps_growth(mode, mirrored_strategy):
-    scales = run_and_check(
-        KERAS3, mode, mirrored_strategy, [True] * 4 + [False, True],
-        initial_scale=4.0, dynamic_growth_steps=1, max_scale=16.0)
-    assert scales == [8.0, 16.0, 16.0, 16.0, 8.0, 16.0]
-
-
-def test_growth_and_backoff_factors(mode, mirrored_strategy):
-    scales = run_and_check(
-        KERAS3, mode, mirrored_strategy, [True, True, False, True, True],
-        initial_scale=8.0, dynamic_growth_steps=2, growth_factor=3.0,
-        backoff_factor=0.25)
-    assert scales == [8.0, 24.0, 6.0, 6.0, 18.0]
-
-
-def test_hysteresis_a_single_spike_does_not_halve(mode, mirrored_strategy):
-    flags = [False, True, True, True, False, False, False, True]
-    scales = run_and_check(
-        KERAS3, mode, mirrored_strategy, flags, initial_scale=8.0,
-        dynamic_growth_steps=3, hysteresis=2)
-    # One spike: skipped, scale kept. The growth step (3 finite) restarts
-    # the count; then the 2nd spike since it backs off, and so does every
-    # further one until the next growth.
-    assert scales == [8.0, 8.0, 8.0, 16.0, 16.0, 8.0, 4.0, 4.0]
-
-
-def test_every_knob_at_once_and_skips_change_nothing(mode, mirrored_strategy):
-    rng = np.random.default_rng(13)
-    flags = [bool(f) for f in rng.random(16) < 0.6]
-    run_and_check(
-        KERAS3, mode, mirrored_strategy, flags, initial_scale=3.0,
-        dynamic_growth_steps=2, min_scale=0.75, max_scale=40.0,
-        growth_factor=1.5, backoff_factor=0.3, hysteresis=2)
-
-
 @settings(deadline=None, max_examples=15)
 @given(knobs=knob_sets(largest=2.0**40),
        flags=st.lists(st.booleans(), min_size=1, max_size=12))
@@ -499,60 +269,17 @@ def test_eager_optimizer_equals_the_model_for_random_knobs(knobs, flags):
         hysteresis=knobs["hysteresis"])
 
 
-@pytest.mark.parametrize("knob, value", BAD_KNOBS)
-def test_a_bad_knob_raises_value_error_naming_it(knob, value):
-    check_bad_knob(KERAS3, knob, value)
-
-
-@pytest.mark.parametrize("kwargs, names", BAD_BOUNDS)
-def test_bounds_must_hold_the_initial_scale(kwargs, names):
-    check_bad_bounds(KERAS3, kwargs, names)
-
-
-@pytest.mark.parametrize("knob", sorted(NON_DEFAULT_KNOBS))
-def test_a_knob_with_dynamic_false_raises_value_error(knob):
-    check_knob_refused_when_fixed(KERAS3, knob)
-
-
 def test_knobs_are_keyword_only_and_integral_floats_are_accepted():
     with pytest.raises(TypeError):
         tf_lossscale.LossScaleOptimizer(
             keras.optimizers.SGD(), True, 8.0, 10, "name", 0.5)
-    opt = KERAS3.make(hysteresis=2.0, growth_factor=3)
+    opt = make(KERAS3, hysteresis=2.0, growth_factor=3)
     assert (opt.hysteresis, opt.growth_factor) == (2, 3.0)
     assert type(opt.hysteresis) is int
 
 
-# Keras' own LossScaleOptimizer writes exactly these keys.
-ORIGINAL_KEYS = {"name", "inner_optimizer", "dynamic", "initial_scale",
-                 "dynamic_growth_steps"}
-
-
-def test_default_knobs_add_no_config_key():
-    implicit = KERAS3.make(name="o")
-    explicit = KERAS3.make(name="o", **DEFAULT_KNOBS)
-    assert set(implicit.get_config()) == ORIGINAL_KEYS
-    assert explicit.get_config() == implicit.get_config()
-
-
-@pytest.mark.parametrize("knob", sorted(NON_DEFAULT_KNOBS))
-def test_a_non_default_knob_is_in_the_config_and_restored(knob):
-    value = NON_DEFAULT_KNOBS[knob]
-    opt = KERAS3.make(name="o", **{knob: value})
-    config = opt.get_config()
-    assert set(config) == ORIGINAL_KEYS | {knob}
-    assert config[knob] == value
-    # A copy: Keras' deserialize lowercases the inner class name in place.
-    restored = tf_lossscale.LossScaleOptimizer.from_config(
-        copy.deepcopy(config))
-    assert getattr(restored, knob) == value
-    assert restored.get_config() == config
-    again = keras.optimizers.deserialize(keras.optimizers.serialize(opt))
-    assert getattr(again, knob) == value
-
-
 def test_every_knob_round_trips_through_the_config():
-    opt = KERAS3.make(name="o", initial_scale=3.0, **NON_DEFAULT_KNOBS)
+    opt = make(KERAS3, name="o", initial_scale=3.0, **NON_DEFAULT_KNOBS)
     restored = tf_lossscale.LossScaleOptimizer.from_config(
         copy.deepcopy(opt.get_config()))
     for knob, value in NON_DEFAULT_KNOBS.items():
@@ -602,37 +329,6 @@ def test_default_knob_checkpoints_interchange_with_keras_own(tmp_path):
     tf.train.Checkpoint(optimizer=ours).read(path2).assert_consumed()
     # Keras' own optimizer does not advance iterations on a skipped step.
     assert _state(ours) == (32.0, 0, 1)
-
-
-def test_hysteresis_state_is_checkpointed_only_with_hysteresis(tmp_path):
-    make = tf_lossscale.LossScaleOptimizer
-    _, plain = _trained(make, min_scale=0.5, growth_factor=3.0)
-    plain_keys = checkpoint_keys(tf.train.Checkpoint(optimizer=plain).write(
-        str(tmp_path / "plain")))
-    _, counting = _trained(make, hysteresis=3)
-    path = tf.train.Checkpoint(optimizer=counting).write(
-        str(tmp_path / "counting"))
-    # Keras 3 names an optimizer's variables by position: the count is one
-    # more, after Keras' own (so theirs keep their keys), holding 1 spike.
-    extra = sorted(set(checkpoint_keys(path)) - set(plain_keys))
-    assert len(extra) == 1, extra
-    assert tf.train.load_variable(path, extra[0]) == 1
-    assert set(plain_keys) <= set(checkpoint_keys(path))
-    # One spike so far (not yet a back-off): the restored count remembers it.
-    assert _state(counting)[0] == 64.0
-
-    var, restored = _fresh(make, hysteresis=3)
-    tf.train.Checkpoint(optimizer=restored).read(path).assert_consumed()
-    nan = [(tf.constant([np.nan, 1.0]), var)]
-    restored.apply_gradients(nan)
-    assert float(restored.loss_scale) == 64.0  # 2 spikes of 3.
-    restored.apply_gradients(nan)
-    assert float(restored.loss_scale) == 32.0  # The 3rd backs off.
-    # Without the restored count, two spikes do not back off.
-    var, fresh = _fresh(make, hysteresis=3)
-    for _ in range(2):
-        fresh.apply_gradients([(tf.constant([np.nan, 1.0]), var)])
-    assert float(fresh.loss_scale) == 64.0
 
 
 def test_readme_scaling_policy_example_runs_as_written():

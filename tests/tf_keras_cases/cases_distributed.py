@@ -2,6 +2,8 @@
 
 Runs under TF_USE_LEGACY_KERAS=1 (see tests/_tf_keras_cases.py);
 tests/conftest.py makes the two CPUs and the one strategy of the process.
+The tests that hold on both Kerases are written once, in
+tests/_both_distributed.py, and run here on tf_keras (imported below).
 """
 
 import warnings
@@ -10,6 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras
+from _both_distributed import *  # noqa: F403 (the tests on both Kerases)
 from _gradient_check import identity_checking_its_gradient
 
 import tf_lossscale
@@ -84,15 +87,6 @@ def test_tf_keras_own_wrapper_also_skips_on_every_replica(mirrored_strategy):
     for replica in _replicas(var):
         np.testing.assert_array_equal(replica, [1.0, 2.0])
     assert float(opt.loss_scale) == 4.0
-
-
-def test_apply_in_a_cross_replica_context_raises_and_changes_nothing(
-        mirrored_strategy):
-    var, opt = _build(mirrored_strategy)
-    with mirrored_strategy.scope():
-        with pytest.raises(ValueError, match="replica context"):
-            opt.apply_gradients([(tf.constant([1.0, 1.0]), var)])
-    assert opt.iterations.numpy() == 0 and opt.loss_scale.numpy() == 8.0
 
 
 def test_fit_under_mirrored_strategy_with_mixed_float16(mirrored_strategy,

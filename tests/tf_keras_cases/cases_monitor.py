@@ -1,64 +1,28 @@
 """`LossScaleMonitor` and `skipped_steps` in real tf_keras `fit` runs.
 
-Runs under TF_USE_LEGACY_KERAS=1 (see tests/_tf_keras_cases.py).
-The data, the expected scales and counts and the readers of the progress
-bar, CSV and TensorBoard files come from tests/test_monitor.py, which runs
-the same checks on Keras 3.
+Runs under TF_USE_LEGACY_KERAS=1 (see tests/_tf_keras_cases.py). The tests
+that hold on both Kerases are written once, in tests/_both_monitor.py (with
+the data, the expected scales and counts and the readers of the progress
+bar, CSV and TensorBoard files), and run here on tf_keras (imported below;
+the `flavour` fixture is tf_keras' in this process).
 """
 
 from __future__ import annotations
 
-import pathlib
-import warnings
-from typing import Any, List, Tuple
+from typing import Any, List
 
 import pytest
 import tensorflow as tf
 import tf_keras
-from test_monitor import (
-    BATCHES,
-    INITIAL_SCALE,
-    KeySpy,
-    check_everything_a_user_reads,
-    check_warned_once_and_stopped,
-    fit,
-)
+from _both_monitor import *  # noqa: F403 (the tests on both Kerases)
+from _both_monitor import compiled_model, fit
 
 import tf_lossscale
 
 
-def _model(initial_scale: float = INITIAL_SCALE) -> Tuple[Any, Any]:
-    model = tf_keras.Sequential([tf_keras.Input((4,)), tf_keras.layers.Dense(
-        1, kernel_initializer="zeros")])
-    opt = tf_lossscale.LossScaleOptimizer(
-        tf_keras.optimizers.SGD(0.01), initial_scale=initial_scale,
-        dynamic_growth_steps=1000)
-    model.compile(optimizer=opt, loss="mse")
-    return model, opt
-
-
-def _logging_callbacks(tmp_path: pathlib.Path) -> List[Any]:
-    return [tf_lossscale.LossScaleMonitor(),
-            tf_keras.callbacks.CSVLogger(str(tmp_path / "log.csv")),
-            tf_keras.callbacks.TensorBoard(str(tmp_path / "tb"),
-                                           update_freq=1)]
-
-
-def test_fit_shows_scale_and_skips_everywhere_a_user_looks(tmp_path,
-                                                           capsys):
-    model, opt = _model()
-    assert type(opt).__name__ == "TfKerasLossScaleOptimizer"
-    history = fit(model, _logging_callbacks(tmp_path), verbose=1)
-    # The progress bar shows the scale after the epoch's last step, not
-    # tf_keras' mean over the epoch (which would be 426.67 for epoch 1).
-    check_everything_a_user_reads(capsys.readouterr().out, history.history,
-                                  tmp_path / "log.csv", tmp_path / "tb")
-    assert int(opt.skipped_steps) == 4 and int(opt.iterations) == 12
-    assert opt.skipped_steps.dtype == tf.int64
-
-
-def test_a_progress_bar_of_your_own_shows_current_values_too(capsys):
-    model, _ = _model()
+def test_a_progress_bar_of_your_own_shows_current_values_too(flavour,
+                                                              capsys):
+    model, _ = compiled_model(flavour)
     # Listed after the monitor, like any callback that reads its keys.
     fit(model, [tf_lossscale.LossScaleMonitor(),
                 tf_keras.callbacks.ProgbarLogger(count_mode="steps")],
@@ -66,83 +30,6 @@ def test_a_progress_bar_of_your_own_shows_current_values_too(capsys):
     printed = capsys.readouterr().out
     assert "loss_scale: 256.0000 - skipped_steps: 2.0000" in printed
     assert "loss_scale: 64.0000 - skipped_steps: 4.0000" in printed
-
-
-def test_only_callbacks_after_the_monitor_see_its_keys():
-    before, after = KeySpy(), KeySpy()
-    model, _ = _model()
-    fit(model, [tf_keras.callbacks.LambdaCallback(**before.hooks()),
-                tf_lossscale.LossScaleMonitor(),
-                tf_keras.callbacks.LambdaCallback(**after.hooks())],
-        epochs=1)
-    assert before.batch == [False] * BATCHES and before.epoch == [False]
-    assert after.batch == [True] * BATCHES and after.epoch == [True]
-
-
-def test_under_mirrored_strategy_a_skip_counts_once_not_per_replica(
-        mirrored_strategy, tmp_path, capsys):
-    with mirrored_strategy.scope():
-        model, opt = _model()
-    # Each NaN is on replica 0 only: both replicas skip, counted once.
-    history = fit(model, _logging_callbacks(tmp_path), verbose=1)
-    check_everything_a_user_reads(capsys.readouterr().out, history.history,
-                                  tmp_path / "log.csv", tmp_path / "tb")
-    assert int(opt.skipped_steps) == 4  # Not 8: once per step.
-
-
-def test_max_consecutive_skips_stops_training_with_one_warning():
-    model, opt = _model(initial_scale=2.0**15)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        history = fit(model, [tf_lossscale.LossScaleMonitor(
-            max_consecutive_skips=3)], epochs=5, nan_batches=range(BATCHES))
-    assert int(opt.iterations) == 3 and int(opt.skipped_steps) == 3
-    assert len(history.history["loss"]) == 1
-    assert history.history["skipped_steps"] == [3]
-    check_warned_once_and_stopped(caught, step=3, scale="4096")
-
-
-def test_an_optimizer_that_is_not_ours_gets_a_clear_type_error():
-    model = tf_keras.Sequential([tf_keras.Input((4,)),
-                                 tf_keras.layers.Dense(1)])
-    model.compile(optimizer="sgd", loss="mse")
-    with pytest.raises(TypeError, match="tf_lossscale.LossScaleOptimizer"):
-        fit(model, [tf_lossscale.LossScaleMonitor()])
-
-
-class RecordingModel(tf_keras.Sequential):
-    """Keeps the graph each traced train step was built in."""
-
-    graphs: List[Any] = []
-
-    def train_step(self, data: Any) -> Any:
-        RecordingModel.graphs.append(tf.compat.v1.get_default_graph())
-        return super().train_step(data)
-
-
-def _traced_op_types(callbacks: List[Any]) -> List[str]:
-    RecordingModel.graphs = []
-    model = RecordingModel([tf_keras.Input((4,)), tf_keras.layers.Dense(1)])
-    model.compile(optimizer=tf_lossscale.LossScaleOptimizer(
-        tf_keras.optimizers.SGD(0.01)), loss="mse")
-    fit(model, callbacks, epochs=1)
-    traces = []
-    for graph in RecordingModel.graphs:  # tf_keras may trace twice.
-        definition = graph.as_graph_def()
-        traces.append(sorted([n.op for n in definition.node] + [
-            n.op for f in definition.library.function for n in f.node_def]))
-    assert traces and all(t == traces[0] for t in traces)
-    return traces[0]
-
-
-def test_the_monitor_adds_nothing_to_the_traced_step():
-    """No op, and so no host sync: it reads only after the step ran."""
-    with_monitor = _traced_op_types([tf_lossscale.LossScaleMonitor(
-        max_consecutive_skips=5)])
-    assert with_monitor == _traced_op_types([])
-    assert not {"PyFunc", "EagerPyFunc", "PyFuncStateless", "PrintV2",
-                "Print"} & set(with_monitor)
-    assert "AssignVariableOp" in with_monitor  # The skip count, in-graph.
 
 
 # --- Why a step was skipped (tests/test_skip_record.py has Keras 3's) -------

@@ -1,6 +1,9 @@
 """The tf_keras flavour: construction, attributes, steps, config, fit.
 
-Runs under TF_USE_LEGACY_KERAS=1 (see tests/_tf_keras_cases.py).
+Runs under TF_USE_LEGACY_KERAS=1 (see tests/_tf_keras_cases.py). The tests
+that hold on both Kerases are written once, in tests/_both_optimizer.py, and
+run here on tf_keras (imported below; the `flavour` fixture is tf_keras' in
+this process); this module holds what is tf_keras' own.
 """
 
 import copy
@@ -12,26 +15,18 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras
+from _both_optimizer import *  # noqa: F403 (the tests on both Kerases)
+from _both_optimizer import MODES, WITH_XLA
+from _both_optimizer import runner as _runner
 from _gradient_check import identity_checking_its_gradient
 
 import tf_lossscale
 from tf_lossscale import tf_keras_optimizer
 
-MODES = ["eager", "function"]
-# "xla": the step compiled whole (`jit_compile=True`), where the check, the
-# unscale and the apply-or-skip take their XLA shapes.
-WITH_XLA = MODES + ["xla"]
-
 
 def _lso(inner=None, **kwargs):
     inner = inner if inner is not None else tf_keras.optimizers.SGD(0.25)
     return tf_lossscale.LossScaleOptimizer(inner, **kwargs)
-
-
-def _runner(mode, fn):
-    if mode == "xla":
-        return tf.function(fn, jit_compile=True)
-    return tf.function(fn) if mode == "function" else fn
 
 
 def _snapshot(variables):
@@ -52,42 +47,6 @@ def test_tf_keras_inner_gives_the_visible_tf_keras_flavour():
     assert isinstance(opt, tf_lossscale.LossScaleOptimizer)
     assert isinstance(opt, tf_keras.optimizers.Optimizer)
     assert isinstance(opt, tf_keras.mixed_precision.LossScaleOptimizer)
-
-
-def test_defaults_are_dynamic_with_2_to_the_15_and_2000_steps():
-    inner = tf_keras.optimizers.SGD()
-    opt = _lso(inner)
-    assert opt.inner_optimizer is inner
-    assert (opt.dynamic, opt.initial_scale, opt.dynamic_growth_steps) == (
-        True, 32768.0, 2000)
-    assert opt.loss_scale.dtype == tf.float32
-    assert float(opt.loss_scale) == 32768.0
-    assert int(opt.dynamic_counter) == 0
-
-
-def test_fixed_scale_has_no_counter_and_no_scale_variable():
-    opt = _lso(dynamic=False, initial_scale=8)
-    assert (opt.dynamic, opt.initial_scale, opt.dynamic_growth_steps,
-            opt.dynamic_counter) == (False, 8.0, None, None)
-    assert float(opt.loss_scale) == 8.0
-    assert opt.variables == list(opt.inner_optimizer.variables)
-
-
-@pytest.mark.parametrize("inner", [None, "sgd", tf.Variable(1.0)])
-def test_non_optimizer_inner_raises_type_error_naming_it(inner):
-    with pytest.raises(TypeError, match="tf_keras optimizer"):
-        tf_lossscale.LossScaleOptimizer(inner)
-
-
-@pytest.mark.parametrize("wrap", ["ours", "tf_keras"])
-def test_wrapping_a_loss_scale_optimizer_raises_type_error(wrap):
-    inner = tf_keras.optimizers.SGD()
-    if wrap == "ours":
-        wrapped = _lso(inner)
-    else:
-        wrapped = tf_keras.mixed_precision.LossScaleOptimizer(inner)
-    with pytest.raises(TypeError, match="cannot wrap another"):
-        _lso(wrapped)
 
 
 @pytest.mark.parametrize("first", ["ours", "tf_keras"])
@@ -166,42 +125,11 @@ def test_both_flows_apply_the_unscaled_gradients(mode, flow):
     assert (int(opt.dynamic_counter), int(opt.iterations)) == (1, 1)
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_minimize_scales_unscales_and_applies(mode):
-    var = tf.Variable([1.0, 2.0])
-    opt = _lso(initial_scale=1024.0)
-    _runner(mode, lambda: opt.minimize(
-        lambda: tf.reduce_sum(var * var), [var]))()
-    np.testing.assert_array_equal(var.numpy(), [0.5, 1.0])
-    assert int(opt.iterations) == 1
-
-
 def test_fixed_scale_unscales_scaled_gradients():
     var = tf.Variable([1.0, 2.0])
     opt = _lso(dynamic=False, initial_scale=8)
     _scaled_step(opt, var)
     np.testing.assert_array_equal(var.numpy(), [0.5, 1.0])
-
-
-@pytest.mark.parametrize("mode", WITH_XLA)
-@pytest.mark.parametrize("make_inner", [
-    lambda: tf_keras.optimizers.SGD(0.1, momentum=0.9),
-    lambda: tf_keras.optimizers.Adam(0.1),
-], ids=["sgd_momentum", "adam"])
-def test_non_finite_step_changes_no_variable_and_no_slot(mode, make_inner):
-    var = tf.Variable([1.0, 2.0])
-    opt = _lso(make_inner(), initial_scale=64.0, dynamic_growth_steps=100)
-    step = _runner(mode, lambda g: opt.apply_gradients([(g, var)]))
-    step(tf.constant([1.0, -3.0]) * 64.0)  # Slots are non-zero now.
-    before = _snapshot([var] + list(opt.inner_optimizer.variables))
-    for bad in (np.nan, np.inf):
-        step(tf.constant([1.0, bad]))
-    after = _snapshot([var] + list(opt.inner_optimizer.variables))
-    # iterations (the inner's first variable) advanced twice; nothing else.
-    assert int(after[1]) == int(before[1]) + 2
-    del before[1], after[1]
-    _assert_bit_identical(before, after)
-    assert (float(opt.loss_scale), int(opt.dynamic_counter)) == (16.0, 0)
 
 
 @pytest.mark.parametrize("mode", WITH_XLA)
@@ -241,31 +169,6 @@ def test_scale_never_falls_below_one():
     assert float(opt.loss_scale) == 1.0
 
 
-def test_scale_never_grows_to_a_non_finite_value():
-    var = tf.Variable([1.0])
-    opt = _lso(initial_scale=2.0**127, dynamic_growth_steps=1)
-    opt.apply_gradients([(tf.constant([1.0]), var)])
-    assert float(opt.loss_scale) == 2.0**127
-
-
-@pytest.mark.parametrize("mode", MODES)
-def test_sparse_gradients_are_applied_and_checked(mode):
-    var = tf.Variable(tf.ones([4, 2]))
-    opt = _lso(tf_keras.optimizers.SGD(0.5), initial_scale=4.0)
-    step = _runner(mode, lambda g: opt.apply_gradients([(g, var)]))
-
-    def rows(values, row):
-        return tf.IndexedSlices(tf.constant(values), tf.constant([row]),
-                                tf.constant([4, 2]))
-
-    # Unmarked gradients are unscaled to tf_keras (a warning says so).
-    step(rows([[1.0, 2.0]], 1))
-    step(rows([[np.nan, 4.0]], 2))
-    np.testing.assert_array_equal(
-        var.numpy(), [[1, 1], [0.5, 0], [1, 1], [1, 1]])
-    assert (float(opt.loss_scale), int(opt.iterations)) == (2.0, 2)
-
-
 def test_learning_rate_schedule_follows_iterations_across_skips():
     schedule = tf_keras.optimizers.schedules.PiecewiseConstantDecay(
         [1], [0.5, 0.25])  # 0.5 for iterations 0-1, then 0.25.
@@ -276,14 +179,6 @@ def test_learning_rate_schedule_follows_iterations_across_skips():
     step(tf.constant([1.0]))  # Iteration 1: lr 0.5.
     step(tf.constant([1.0]))  # Iteration 2: lr 0.25.
     np.testing.assert_array_equal(var.numpy(), [0.25])
-
-
-def test_all_none_gradients_raise_and_change_nothing():
-    var = tf.Variable([1.0])
-    opt = _lso()
-    with pytest.raises(ValueError, match="No gradients"):
-        opt.apply_gradients([(None, var)])
-    assert int(opt.iterations) == 0 and int(opt.dynamic_counter) == 0
 
 
 # compile / fit.

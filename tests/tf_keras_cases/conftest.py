@@ -6,7 +6,8 @@
 imports it, and makes the two logical CPUs and the one `MirroredStrategy`
 fixture the distributed cases use). The main run never collects these
 modules: their names do not match `test_*.py`, and without the variable
-they are ignored here as well.
+they are ignored here as well. The `flavour` fixture here is tf_keras' one:
+the tests a case module imports from `tests/_both_*.py` run on tf_keras.
 """
 
 import os
@@ -20,6 +21,14 @@ collect_ignore_glob = [] if LEGACY_KERAS else ["cases_*.py"]
 if LEGACY_KERAS:
     from _autograph_rules import leave_tf_keras_unconverted
     leave_tf_keras_unconverted()  # TF 2.16 traces as later ones do
+
+
+@pytest.fixture(scope="session")
+def flavour():
+    """tf_keras' flavour, for the tests written once for both Kerases
+    (`tests/_flavours.py`): overrides tests/conftest.py's Keras 3 one."""
+    import _flavours
+    return _flavours.tf_keras()
 
 
 @pytest.fixture
