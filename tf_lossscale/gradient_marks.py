@@ -79,6 +79,22 @@ class Taken(NamedTuple):
         return ([None if g is None else next(divided) for g in grads],
                 found[0][2])
 
+    def summed(self, before: Sequence[Any], after: Sequence[Any]) -> "Taken":
+        """This `Taken` for the gradients `after` that summing `before`
+        across replicas gave: the verdict is kept only where each of them
+        is one of `before` passed on by identities (one replica: tf_keras
+        sums with an `IdentityN`), as summing may overflow or take in
+        another replica's NaN. In a graph the step then reads the
+        gradients once for its verdict, not twice."""
+        if self.verdict is None:
+            return self
+        if len(before) == len(after) and all(
+                (a is None and b is None) or (
+                    a is not None and _through_identities(a) is b)
+                for b, a in zip(before, after)):
+            return self
+        return self._replace(verdict=None)
+
 
 def _through_identities(grad: Any) -> Any:
     """`grad`, or the tensor that the identities it comes out of pass on."""

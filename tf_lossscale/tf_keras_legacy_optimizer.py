@@ -238,8 +238,10 @@ class TfKerasLegacyLossScaleOptimizer(
             self._marks.take([])
             return tf.no_op()
         # The verdict was of the gradients before they are summed across
-        # replicas: the step checks the sums again.
-        taken = self._decide([g for g, _ in pairs])._replace(verdict=None)
+        # replicas: the step checks the sums again (unless summing passed
+        # them on as they were: one replica).
+        before = [g for g, _ in pairs]
+        taken = self._decide(before)
         inner = self.inner_optimizer
         # As with tf_keras' wrapper, the inner optimizer creates its slots
         # when it first applies a step: eagerly, a skipped first step
@@ -247,6 +249,7 @@ class TfKerasLegacyLossScaleOptimizer(
         if experimental_aggregate_gradients:
             pairs = _tf_private.tf_keras_aggregate_gradients(inner, pairs)
         grads, variables = [g for g, _ in pairs], [v for _, v in pairs]
+        taken = taken.summed(before, grads)
         with tf.name_scope(name or self._name):
             step = tf.group(self._step(grads, variables, taken))
         return distribute.one_op_for_every_replica(step)

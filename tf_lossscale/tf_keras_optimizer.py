@@ -287,14 +287,17 @@ class TfKerasLossScaleOptimizer(ScalingWarnings,
             self._marks.take([])
             return None
         # The verdict was of the gradients before they are summed across
-        # replicas: the step checks the sums again.
-        taken = self._decide([g for g, _ in pairs])._replace(verdict=None)
+        # replicas: the step checks the sums again (unless summing passed
+        # them on as they were: one replica).
+        before = [g for g, _ in pairs]
+        taken = self._decide(before)
         with tf.init_scope():
             # Slots exist before the first step, applied or skipped.
             self.inner_optimizer.build([v for _, v in pairs])
         if aggregate:
             pairs = self.inner_optimizer.aggregate_gradients(pairs)
         grads, variables = [g for g, _ in pairs], [v for _, v in pairs]
+        taken = taken.summed(before, grads)
         with tf.name_scope(name or self.name):
             self._step(grads, variables, taken)
         return None
