@@ -48,7 +48,8 @@ class NonFiniteOp:
         pass).
       op_type: the op's type (`MatMul`, `Cast`, `Log`, ...).
       backward: whether the gradient tape made it (the backward pass).
-      input: the name of the op's first input, or None.
+      input: the name of the op's first input ("the input batch" when it
+        is the batch handed to the replay), or None.
       dtype: its output's dtype, e.g. "float16".
       layer: the model's layer whose name scope holds the op (or, for an
         op between layers, its input's), when the replay knew the model
@@ -97,9 +98,9 @@ def parse(message: str) -> Optional[NonFiniteOp]:
         dtype=dtype.group(1) if dtype else "?")
 
 
-def first_nonfinite_op(loss_fn: Callable[[], Any],
-                       variables: Sequence[Any], scale: float
-                       ) -> Optional[NonFiniteOp]:
+def first_nonfinite_op(loss_fn: Callable[..., Any],
+                       variables: Sequence[Any], scale: float,
+                       inputs: Any = None) -> Optional[NonFiniteOp]:
     """Replays `loss_fn` and its gradients at `scale`; the first op that
     made a NaN or Inf, or None if every value was finite.
 
@@ -108,29 +109,42 @@ def first_nonfinite_op(loss_fn: Callable[[], Any],
         `lambda: loss_object(y, model(x, training=True))`.
       variables: the variables the step differentiates.
       scale: the loss scale of the skipped step (`opt.last_skip.scale`).
+      inputs: None, or a structure of tensors (the batch) handed to
+        `loss_fn` as its one argument and fed to the replay as its inputs:
+        a NaN or Inf in the batch is then found at the first op that reads
+        it (not at a constant holding it).
     """
 
-    def replay() -> Any:
+    def replay(*batch: Any) -> Any:
         with tf.GradientTape() as tape:
-            loss = tf.convert_to_tensor(loss_fn())
+            loss = tf.convert_to_tensor(loss_fn(*batch))
             scaled = loss * tf.cast(scale, loss.dtype)
         return tape.gradient(scaled, list(variables))
 
+    batch = () if inputs is None else (tf.nest.map_structure(
+        tf.convert_to_tensor, inputs),)
+    # The checks are put into the graph as it is traced; the variables
+    # are read and put back with them off (a metric may hold a NaN).
     tf.debugging.enable_check_numerics()
     try:
-        traced = tf.function(replay, autograph=False).get_concrete_function()
-        # What the replay reads or writes; written ones are put back.
-        touched = list(traced.variables)
-        kept = [tf.identity(v).numpy() for v in touched]
-        try:
-            traced()
-        finally:
-            for variable, value in zip(touched, kept):
-                variable.assign(value)
-    except tf.errors.InvalidArgumentError as error:
-        return parse(error.message)
+        traced = tf.function(replay, autograph=False).get_concrete_function(
+            *batch)
     finally:
         tf.debugging.disable_check_numerics()
+    fed = {t.op.name for t in traced.inputs if t.dtype != tf.resource}
+    # What the replay reads or writes; written ones are put back.
+    touched = list(traced.variables)
+    kept = [v.numpy() for v in touched]
+    try:
+        traced(*batch)
+    except tf.errors.InvalidArgumentError as error:
+        found = parse(error.message)
+        if found is not None and found.input in fed:
+            found = dataclasses.replace(found, input="the input batch")
+        return found
+    finally:
+        for variable, value in zip(touched, kept):
+            variable.assign(value)
     return None
 
 
@@ -161,16 +175,17 @@ def replay_batch(model: Any, batch: Any, scale: float
         import tf_keras as keras_module
     else:
         import keras as keras_module
-    x, y, weight = keras_module.utils.unpack_x_y_sample_weight(batch)
 
-    def loss_fn() -> Any:
+    def loss_fn(data: Any) -> Any:
+        x, y, weight = keras_module.utils.unpack_x_y_sample_weight(data)
         y_pred = model(x, training=True)
         if hasattr(model, "_compute_loss"):  # Keras 3
             return model._compute_loss(x=x, y=y, y_pred=y_pred,
                                        sample_weight=weight, training=True)
         return model.compute_loss(x, y, y_pred, weight)
 
-    found = first_nonfinite_op(loss_fn, model.trainable_variables, scale)
+    found = first_nonfinite_op(loss_fn, model.trainable_variables, scale,
+                               inputs=batch)
     if found is None:
         return None
     return dataclasses.replace(found, layer=_layer_of_op(model, found))
