@@ -147,12 +147,15 @@ def lstm(keras: Any) -> Any:
     return keras.Model(inputs, out, name="net")
 
 
-def dropout_mlp(keras: Any) -> Any:
-    """`small_mlp` with `Dropout(0.5, seed=3)` after its first layer."""
+def dropout_mlp(keras: Any, **dropout: Any) -> Any:
+    """`small_mlp` with `Dropout(0.5, seed=3, **dropout)` after its first
+    layer (tf_keras: `force_generator=True` gives it a state variable, a
+    `tf.random.Generator`'s)."""
     inputs = keras.Input((FEATURES,))
     h = keras.layers.Dense(16, activation="relu", name="l0", dtype=HALF,
                            kernel_initializer=_glorot(keras, 8))(inputs)
-    h = keras.layers.Dropout(0.5, seed=3, name="drop", dtype=HALF)(h)
+    h = keras.layers.Dropout(0.5, seed=3, name="drop", dtype=HALF,
+                             **dropout)(h)
     h = keras.layers.Dense(16, activation="relu", name="l1", dtype=HALF,
                            kernel_initializer=_glorot(keras, 9))(h)
     out = keras.layers.Dense(1, name="out", dtype="float32",
