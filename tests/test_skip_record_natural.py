@@ -413,3 +413,34 @@ def test_the_deep_look_under_fit_changes_nothing(jit_compile):
     assert not [line for line in monitors[1].lines
                 if line.startswith("deep look")]
     assert "train_step" not in vars(models[0])
+
+
+@pytest.mark.parametrize("mode", ["eager", "graph", "jit_compile"])
+def test_a_conv_net_in_a_custom_loop_names_c3_or_says_variable_order(mode):
+    """The conv net's overflow in a custom loop (`scale_loss` and
+    `apply`): traced, the record names c3 in the backward pass; eagerly
+    no order is known and the record says its list is in variable order
+    (the loss still tells the pass)."""
+    model = nf.conv(keras)
+    opt = tf_lossscale.LossScaleOptimizer(keras.optimizers.SGD(1e-3),
+                                          initial_scale=2.0**30)
+    x, y = nf.data()
+    x, y = tf.constant(nf.images(x)[:nf.BATCH]), tf.constant(y[:nf.BATCH])
+
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            scaled = opt.scale_loss(tf.reduce_mean((model(x) - y) ** 2))
+        opt.apply(tape.gradient(scaled, model.trainable_variables),
+                  model.trainable_variables)
+
+    if mode != "eager":
+        step = tf.function(step, jit_compile=mode == "jit_compile")
+    step(x, y)
+    record = opt.last_skip
+    assert (record.origin, record.count, record.total) == ("backward", 8, 10)
+    if mode == "eager":
+        assert (record.order, record.source) == ("variable", None)
+        assert record.names[0] == "c0/kernel"
+    else:
+        assert (record.order, record.source, record.source_kind) == (
+            "backprop", "c3", "NaN")
