@@ -14,7 +14,15 @@ output layer is float32, as the mixed precision guide says.
 - `attention`: query and key projections whose logits overflow float16 in
   the forward pass (the loss is NaN);
 - `log_loss` on `small_mlp(zero_output=True)`: the log of 0;
-- a NaN in the input batch: `data(nan_row=...)`.
+- a NaN in the input batch: `data(nan_row=...)`;
+- `conv`: four ReLU Conv2D layers on 8x8 images (`images`) at a huge
+  initial scale: the output gradient overflows float16 where it enters
+  `c3`;
+- `lstm`: two stacked LSTMs on 4-step sequences (`sequences`) at a huge
+  initial scale: it overflows where it enters `lstm1`;
+- `dropout_mlp`: `small_mlp` with a seeded Dropout between its layers,
+  for the deep look's "changes nothing" (the seed generator's state too);
+- a large input on one replica only: `data(big_rows=..., big=...)`.
 """
 
 from __future__ import annotations
@@ -28,14 +36,29 @@ HALF = "mixed_float16"
 BATCH, FEATURES = 16, 8
 
 
-def data(nan_row: Optional[int] = None, rows: int = 2 * BATCH
+def data(nan_row: Optional[int] = None, rows: int = 2 * BATCH,
+         big_rows: Optional[slice] = None, big: float = 1.0
          ) -> Tuple[np.ndarray, np.ndarray]:
-    """Inputs (rows, FEATURES) and targets (rows, 1); optionally one NaN."""
+    """Inputs (rows, FEATURES) and targets (rows, 1); optionally one NaN,
+    or `big_rows` multiplied by `big`."""
     rng = np.random.default_rng(0)
     x = rng.normal(size=(rows, FEATURES)).astype("float32")
     if nan_row is not None:
         x[nan_row, 3] = np.nan
+    if big_rows is not None:
+        x[big_rows] *= big
     return x, np.ones((rows, 1), "float32")
+
+
+def images(x: np.ndarray) -> np.ndarray:
+    """(rows, 8, 8, 1) images of `data`'s (rows, 8) inputs: row i of each
+    image is input i."""
+    return np.tile(x.reshape(-1, FEATURES, 1, 1), (1, 1, FEATURES, 1))
+
+
+def sequences(x: np.ndarray) -> np.ndarray:
+    """(rows, 4, 2) sequences of `data`'s (rows, 8) inputs."""
+    return x.reshape(-1, 4, FEATURES // 4)
 
 
 def _glorot(keras: Any, seed: int) -> Any:
@@ -94,6 +117,52 @@ def attention(keras: Any) -> Any:
     return keras.Model(inputs, out, name="net")
 
 
+def conv(keras: Any) -> Any:
+    """Four 3x3 ReLU Conv2D layers `c0`..`c3` (float16), a float32 Dense."""
+    inputs = keras.Input((FEATURES, FEATURES, 1))
+    h = inputs
+    for i in range(4):
+        h = keras.layers.Conv2D(8, 3, padding="same", activation="relu",
+                                name=f"c{i}", dtype=HALF,
+                                kernel_initializer=_glorot(keras, 20 + i))(h)
+    h = keras.layers.Flatten(name="flat", dtype=HALF)(h)
+    out = keras.layers.Dense(1, name="out", dtype="float32",
+                             kernel_initializer=_glorot(keras, 30))(h)
+    return keras.Model(inputs, out, name="net")
+
+
+def lstm(keras: Any) -> Any:
+    """LSTMs `lstm0` (whole sequence) and `lstm1` (last state), float16,
+    and a float32 Dense."""
+    inputs = keras.Input((4, FEATURES // 4))
+    h = inputs
+    for i, whole in enumerate((True, False)):
+        h = keras.layers.LSTM(
+            16, return_sequences=whole, name=f"lstm{i}", dtype=HALF,
+            kernel_initializer=_glorot(keras, 40 + i),
+            recurrent_initializer=keras.initializers.Orthogonal(
+                seed=45 + i))(h)
+    out = keras.layers.Dense(1, name="out", dtype="float32",
+                             kernel_initializer=_glorot(keras, 44))(h)
+    return keras.Model(inputs, out, name="net")
+
+
+def dropout_mlp(keras: Any, **dropout: Any) -> Any:
+    """`small_mlp` with `Dropout(0.5, seed=3, **dropout)` after its first
+    layer (tf_keras: `force_generator=True` gives it a state variable, a
+    `tf.random.Generator`'s)."""
+    inputs = keras.Input((FEATURES,))
+    h = keras.layers.Dense(16, activation="relu", name="l0", dtype=HALF,
+                           kernel_initializer=_glorot(keras, 8))(inputs)
+    h = keras.layers.Dropout(0.5, seed=3, name="drop", dtype=HALF,
+                             **dropout)(h)
+    h = keras.layers.Dense(16, activation="relu", name="l1", dtype=HALF,
+                           kernel_initializer=_glorot(keras, 9))(h)
+    out = keras.layers.Dense(1, name="out", dtype="float32",
+                             kernel_initializer=_glorot(keras, 10))(h)
+    return keras.Model(inputs, out, name="net")
+
+
 def small_mlp(keras: Any, zero_output: bool = False) -> Any:
     """Two float16 layers and a float32 output (all zeros at first with
     `zero_output`, for the log of zero)."""
@@ -116,14 +185,14 @@ def log_loss(y_true: Any, y_pred: Any) -> Any:
 
 def fit(keras: Any, monitor_type: Any, optimizer_type: Any,
         model: Any, x: np.ndarray, y: np.ndarray, *, initial_scale: float,
-        jit_compile: bool, loss: Any = "mse", epochs: int = 1
-        ) -> Tuple[Any, Any]:
+        jit_compile: bool, loss: Any = "mse", epochs: int = 1,
+        deep_look: bool = False) -> Tuple[Any, Any]:
     """Trains `model` with SGD under a LossScaleOptimizer and a monitor;
     returns (optimizer, monitor)."""
     opt = optimizer_type(keras.optimizers.SGD(1e-3),
                          initial_scale=initial_scale)
     model.compile(optimizer=opt, loss=loss, jit_compile=jit_compile)
-    monitor = monitor_type(report=False)
+    monitor = monitor_type(report=False, deep_look=deep_look)
     model.fit(x, y, batch_size=BATCH, epochs=epochs, shuffle=False,
               verbose=0, callbacks=[monitor])
     return opt, monitor

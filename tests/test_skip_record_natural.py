@@ -8,6 +8,8 @@ kind; the models are in `_natural_faults.py`.
 
 from __future__ import annotations
 
+import re
+
 import _natural_faults as nf
 import keras
 import numpy as np
@@ -15,7 +17,7 @@ import pytest
 import tensorflow as tf
 
 import tf_lossscale
-from tf_lossscale import deep_look
+from tf_lossscale import backprop_order, deep_look
 
 JIT = pytest.mark.parametrize("jit_compile", [False, True],
                               ids=["graph", "jit_compile"])
@@ -257,3 +259,188 @@ def test_a_nan_batch_that_persists_to_min_scale_stops_naming_the_forward_pass():
         "It is at min_scale: the loss itself was NaN: a fault of the forward "
         "pass (the input batch, an activation or the loss function), which "
         "no loss scale fixes."), message
+
+
+@JIT
+def test_a_conv_net_at_a_huge_scale_names_c3_backward(jit_compile):
+    """The output gradient overflows float16 where it enters c3 (the conv
+    layer nearest the loss). c3's own gradients hold NaN only (each filter
+    gradient sums Inf x 0 and Inf - Inf terms), so that is the kind the
+    record can see; the deep look names the Inf's op (below)."""
+    x, y = nf.data()
+    opt, monitor = _fit(nf.conv(keras), nf.images(x), y, 2.0**30,
+                        jit_compile)
+    record = opt.last_skip
+    assert (record.source, record.origin, record.loss, record.source_kind
+            ) == ("c3", "backward", "finite", "NaN")
+    assert (record.count, record.total, record.order) == (8, 10, "backprop")
+    assert [backprop_order.layer_of(n) for n in record.names] == [
+        "c3", "c3", "c2", "c2", "c1", "c1", "c0", "c0"]
+    assert monitor.lines[0] == (
+        "step 0 skipped on replica 0: NaN entered at c3 in the backward "
+        "pass (the loss was finite); 8 of 10 gradients non-finite, "
+        "c3 .. c0; scale 2^30 -> 2^29")
+
+
+@JIT
+def test_an_lstm_at_a_huge_scale_names_lstm1_backward(jit_compile):
+    x, y = nf.data()
+    opt, monitor = _fit(nf.lstm(keras), nf.sequences(x), y, 2.0**30,
+                        jit_compile)
+    record = opt.last_skip
+    assert (record.source, record.origin, record.loss, record.source_kind
+            ) == ("lstm1/lstm_cell", "backward", "finite", "NaN")
+    assert (record.count, record.total) == (6, 8)
+    assert record.names == (
+        "lstm1/lstm_cell/kernel", "lstm1/lstm_cell/recurrent_kernel",
+        "lstm1/lstm_cell/bias", "lstm0/lstm_cell/kernel",
+        "lstm0/lstm_cell/recurrent_kernel", "lstm0/lstm_cell/bias")
+    assert monitor.lines[0] == (
+        "step 0 skipped on replica 0: NaN entered at lstm1/lstm_cell in the "
+        "backward pass (the loss was finite); 6 of 8 gradients non-finite, "
+        "lstm1/lstm_cell .. lstm0/lstm_cell; scale 2^30 -> 2^29")
+
+
+@pytest.mark.parametrize("big_replica, span", [
+    (0, "2 of 6 gradients non-finite, l1 .. l0"),
+    (1, "3 of 6 gradients non-finite, l1 .. l0")])
+def test_fit_under_mirrored_strategy_names_the_replica_that_overflowed(
+        mirrored_strategy, big_replica, span):
+    """Inputs 100 times larger on one replica (fit gives each replica half
+    of the batch of 16): its output gradient overflows float16 at 2^12
+    where the other replica's does not. Without XLA only: Keras 3's
+    `jit_compile=True` fit does not run under a MirroredStrategy of two
+    CPUs (XLA reads every replica's variables from the first device)."""
+    half = nf.BATCH // 2
+    rows = slice(big_replica * half, (big_replica + 1) * half)
+    x, y = nf.data(big_rows=rows, big=100.0)
+    with mirrored_strategy.scope():
+        model = nf.small_mlp(keras)
+        opt, monitor = _fit(model, x, y, 2.0**12, False)
+    record = opt.last_skip
+    assert (record.step, record.replica, record.replicas) == (
+        0, big_replica, 1)
+    assert (record.source, record.origin, record.source_kind, record.loss
+            ) == ("l1", "backward", "Inf", "finite")
+    assert monitor.lines[0] == (
+        f"step 0 skipped on replica {big_replica}: Inf entered at l1 in the "
+        f"backward pass (the loss was finite); {span}; scale 2^12 -> 2^11")
+
+
+def _deep_look_line(line):
+    """A deep look line with Keras 3's unique name-scope suffixes
+    (`net_3`, `Cast_1`) taken out."""
+    return re.sub(r"_\d+(?=/)", "", line)
+
+
+@JIT
+def test_the_deep_look_under_fit_names_the_cast_into_l11_backward(
+        jit_compile):
+    opt, monitor = nf.fit(
+        keras, tf_lossscale.LossScaleMonitor,
+        tf_lossscale.LossScaleOptimizer, nf.deep_mlp(keras), *nf.data(),
+        initial_scale=2.0**30, jit_compile=jit_compile, deep_look=True)
+    assert len(monitor.lines) == 2, monitor.lines
+    assert monitor.lines[0].startswith(
+        "step 0 skipped on replica 0: Inf entered at l11 in the backward ")
+    assert _deep_look_line(monitor.lines[1]) == (
+        "deep look at step 0: first NaN/Inf: Cast (float16) "
+        "gradient_tape/net/Cast/Cast in the backward pass, layer out, fed "
+        "by gradient_tape/net/out/MatMul/MatMul")
+    # Two steps, both skipped, one run: one deep look; fit's own train
+    # step and train function are back.
+    assert (int(opt.skipped_steps), int(opt.iterations)) == (2, 2)
+    assert monitor._kept is None
+
+
+@JIT
+def test_the_deep_look_under_fit_names_the_conv_net_s_overflow(jit_compile):
+    x, y = nf.data()
+    opt, monitor = nf.fit(
+        keras, tf_lossscale.LossScaleMonitor,
+        tf_lossscale.LossScaleOptimizer, nf.conv(keras), nf.images(x), y,
+        initial_scale=2.0**30, jit_compile=jit_compile, deep_look=True)
+    assert _deep_look_line(monitor.lines[1]) == (
+        "deep look at step 0: first NaN/Inf: Cast (float16) "
+        "gradient_tape/net/Cast/Cast in the backward pass, layer out, fed "
+        "by gradient_tape/net/out/MatMul/MatMul")
+
+
+def _state(model, opt):
+    """Everything training carries from step to step, as numpy: the
+    model's variables (the Dropout's seed generator's state among them),
+    the optimizer's (slots, `iterations`, the scale, the counts)."""
+    return ([v.numpy() for v in model.variables],
+            [v.numpy() for v in opt.variables],
+            float(opt.loss_scale), int(opt.iterations),
+            int(opt.skipped_steps))
+
+
+@JIT
+def test_the_deep_look_under_fit_changes_nothing(jit_compile):
+    """Two runs of fit from the same seed, one with the deep look: a NaN
+    row in batches 1 and 5 (two runs of one skipped step, two looks), a
+    Dropout drawing in every step; afterwards every variable, slot, the
+    scale, `iterations` and the seed generator's state are equal."""
+    x, y = nf.data(nan_row=20, rows=4 * nf.BATCH)
+    states, monitors, models = [], [], []
+    for look in (True, False):
+        keras.utils.set_random_seed(0)
+        model = nf.dropout_mlp(keras)
+        opt = tf_lossscale.LossScaleOptimizer(
+            keras.optimizers.Adam(1e-2), initial_scale=2.0**10)
+        model.compile(optimizer=opt, loss="mse", jit_compile=jit_compile)
+        monitor = tf_lossscale.LossScaleMonitor(report=False,
+                                                deep_look=look)
+        model.fit(x, y, batch_size=nf.BATCH, epochs=2, shuffle=False,
+                  verbose=0, callbacks=[monitor])
+        states.append(_state(model, opt))
+        monitors.append(monitor)
+        models.append(model)
+    looked, plain = states
+    assert looked[2:] == plain[2:] == (2.0**8, 8, 2)
+    seed = [m.get_layer("drop").seed_generator.state.numpy()
+            for m in models]
+    np.testing.assert_array_equal(seed[0], seed[1])
+    assert int(seed[0][0]) != 3 or int(seed[0][1]) != 0  # It drew.
+    for before, after in zip(looked[0] + looked[1], plain[0] + plain[1]):
+        np.testing.assert_array_equal(before, after)
+    deep = [line for line in monitors[0].lines
+            if line.startswith("deep look")]
+    assert [_deep_look_line(line) for line in deep] == [
+        f"deep look at step {step}: first NaN/Inf: Cast (float16) net/Cast "
+        "in the forward pass, fed by the input batch" for step in (1, 5)]
+    assert not [line for line in monitors[1].lines
+                if line.startswith("deep look")]
+    assert "train_step" not in vars(models[0])
+
+
+@pytest.mark.parametrize("mode", ["eager", "graph", "jit_compile"])
+def test_a_conv_net_in_a_custom_loop_names_c3_or_says_variable_order(mode):
+    """The conv net's overflow in a custom loop (`scale_loss` and
+    `apply`): traced, the record names c3 in the backward pass; eagerly
+    no order is known and the record says its list is in variable order
+    (the loss still tells the pass)."""
+    model = nf.conv(keras)
+    opt = tf_lossscale.LossScaleOptimizer(keras.optimizers.SGD(1e-3),
+                                          initial_scale=2.0**30)
+    x, y = nf.data()
+    x, y = tf.constant(nf.images(x)[:nf.BATCH]), tf.constant(y[:nf.BATCH])
+
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            scaled = opt.scale_loss(tf.reduce_mean((model(x) - y) ** 2))
+        opt.apply(tape.gradient(scaled, model.trainable_variables),
+                  model.trainable_variables)
+
+    if mode != "eager":
+        step = tf.function(step, jit_compile=mode == "jit_compile")
+    step(x, y)
+    record = opt.last_skip
+    assert (record.origin, record.count, record.total) == ("backward", 8, 10)
+    if mode == "eager":
+        assert (record.order, record.source) == ("variable", None)
+        assert record.names[0] == "c0/kernel"
+    else:
+        assert (record.order, record.source, record.source_kind) == (
+            "backprop", "c3", "NaN")

@@ -8,22 +8,34 @@ switched off again before it returns), and reads the first op whose output
 held a NaN or Inf from the check's error. It applies nothing: variables,
 optimizer slots, the loss scale and `iterations` stay as they were. It
 costs nothing unless called (call it after a skipped step, e.g. when
-`opt.last_skip.step` is the step just run and its streak is 1). Stateful
-random ops in `loss_fn` (dropout) draw again, so a fault that depends on
-the draw may not come back.
+`opt.last_skip.step` is the step just run and its streak is 1). Every
+variable the replay writes (a Dropout's seed generator, a BatchNormalization's
+moving statistics, a compiled loss's metrics) is put back as it was, so
+the random state stays as if it had not run; the replay's own draws may
+differ from the step's, so a fault that depends on the draw may not come
+back.
 
-Custom loops only for now: `fit` does not hand its batches to callbacks.
+For `fit`, `LossScaleMonitor(deep_look=True)` is the switch: while that
+`fit` runs, `KeptBatch` has the model's train step hand its batch back
+with its logs (a reference, no copy, no op), and on the first skipped
+step of a run the monitor replays that batch (`replay_batch`) and prints
+the op. One device only: under a distribution strategy the batch is not
+kept (each replica has its own).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Callable, Optional, Sequence
+import sys
+from typing import Any, Callable, Dict, Optional, Sequence
 
 import tensorflow as tf
 
-__all__ = ["NonFiniteOp", "first_nonfinite_op"]
+__all__ = ["KeptBatch", "NonFiniteOp", "first_nonfinite_op", "replay_batch"]
+
+# The key under which the wrapped train step hands its batch back.
+_BATCH_KEY = "__tf_lossscale_deep_look_batch__"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,8 +48,12 @@ class NonFiniteOp:
         pass).
       op_type: the op's type (`MatMul`, `Cast`, `Log`, ...).
       backward: whether the gradient tape made it (the backward pass).
-      input: the name of the op's first input, or None.
+      input: the name of the op's first input ("the input batch" when it
+        is the batch handed to the replay), or None.
       dtype: its output's dtype, e.g. "float16".
+      layer: the model's layer whose name scope holds the op (or, for an
+        op between layers, its input's), when the replay knew the model
+        (`replay_batch`); else None.
     """
 
     op: str
@@ -45,14 +61,17 @@ class NonFiniteOp:
     backward: bool
     input: Optional[str]
     dtype: str
+    layer: Optional[str] = None
 
     def describe(self) -> str:
         """`first NaN/Inf: Cast (float16) gradient_tape/net/Cast_1/Cast in
-        the backward pass, fed by gradient_tape/net/out/MatMul/MatMul`."""
+        the backward pass, fed by gradient_tape/net/out/MatMul/MatMul`
+        (with `, layer out` after the pass when the layer is known)."""
         fed = f", fed by {self.input}" if self.input else ""
         where = "backward" if self.backward else "forward"
+        layer = f", layer {self.layer}" if self.layer else ""
         return (f"first NaN/Inf: {self.op_type} ({self.dtype}) {self.op} in "
-                f"the {where} pass{fed}")
+                f"the {where} pass{layer}{fed}")
 
     def __str__(self) -> str:
         return self.describe()
@@ -79,9 +98,9 @@ def parse(message: str) -> Optional[NonFiniteOp]:
         dtype=dtype.group(1) if dtype else "?")
 
 
-def first_nonfinite_op(loss_fn: Callable[[], Any],
-                       variables: Sequence[Any], scale: float
-                       ) -> Optional[NonFiniteOp]:
+def first_nonfinite_op(loss_fn: Callable[..., Any],
+                       variables: Sequence[Any], scale: float,
+                       inputs: Any = None) -> Optional[NonFiniteOp]:
     """Replays `loss_fn` and its gradients at `scale`; the first op that
     made a NaN or Inf, or None if every value was finite.
 
@@ -90,19 +109,147 @@ def first_nonfinite_op(loss_fn: Callable[[], Any],
         `lambda: loss_object(y, model(x, training=True))`.
       variables: the variables the step differentiates.
       scale: the loss scale of the skipped step (`opt.last_skip.scale`).
+      inputs: None, or a structure of tensors (the batch) handed to
+        `loss_fn` as its one argument and fed to the replay as its inputs:
+        a NaN or Inf in the batch is then found at the first op that reads
+        it (not at a constant holding it).
     """
 
-    def replay() -> Any:
+    def replay(*batch: Any) -> Any:
         with tf.GradientTape() as tape:
-            loss = tf.convert_to_tensor(loss_fn())
+            loss = tf.convert_to_tensor(loss_fn(*batch))
             scaled = loss * tf.cast(scale, loss.dtype)
         return tape.gradient(scaled, list(variables))
 
+    batch = () if inputs is None else (tf.nest.map_structure(
+        tf.convert_to_tensor, inputs),)
+    # The checks are put into the graph as it is traced; the variables
+    # are read and put back with them off (a metric may hold a NaN).
     tf.debugging.enable_check_numerics()
     try:
-        tf.function(replay, autograph=False)()
-    except tf.errors.InvalidArgumentError as error:
-        return parse(error.message)
+        traced = tf.function(replay, autograph=False).get_concrete_function(
+            *batch)
     finally:
         tf.debugging.disable_check_numerics()
+    fed = {t.op.name for t in traced.inputs if t.dtype != tf.resource}
+    # What the replay reads or writes; written ones are put back.
+    touched = list(traced.variables)
+    kept = [v.numpy() for v in touched]
+    try:
+        traced(*batch)
+    except tf.errors.InvalidArgumentError as error:
+        found = parse(error.message)
+        if found is not None and found.input in fed:
+            found = dataclasses.replace(found, input="the input batch")
+        return found
+    finally:
+        for variable, value in zip(touched, kept):
+            variable.assign(value)
     return None
+
+
+def _is_tf_keras(model: Any) -> bool:
+    module = sys.modules.get("tf_keras")
+    return module is not None and isinstance(model, module.Model)
+
+
+def _layer_of_op(model: Any, found: NonFiniteOp) -> Optional[str]:
+    """The first name scope of `found`'s op (or else its input's) that is
+    one of `model`'s layers (Keras 3's `out_1` is `out`)."""
+    names = {layer.name for layer in getattr(model, "layers", [])}
+    for op in (found.op, found.input or ""):
+        for part in op.split("/"):
+            # Keras 3 makes a scope unique with a suffix: `out_1`.
+            for name in (part, re.sub(r"_\d+$", "", part)):
+                if name in names:
+                    return name
+    return None
+
+
+def replay_batch(model: Any, batch: Any, scale: float
+                 ) -> Optional[NonFiniteOp]:
+    """`first_nonfinite_op` for the compiled loss of a Keras 3 or tf_keras
+    `model` on a batch of `fit` (`(x, y)` or `(x, y, sample_weight)`), at
+    `scale`; the op's `layer` filled in."""
+    if _is_tf_keras(model):
+        import tf_keras as keras_module
+    else:
+        import keras as keras_module
+
+    def loss_fn(data: Any) -> Any:
+        x, y, weight = keras_module.utils.unpack_x_y_sample_weight(data)
+        y_pred = model(x, training=True)
+        if hasattr(model, "_compute_loss"):  # Keras 3
+            return model._compute_loss(x=x, y=y, y_pred=y_pred,
+                                       sample_weight=weight, training=True)
+        return model.compute_loss(x, y, y_pred, weight)
+
+    found = first_nonfinite_op(loss_fn, model.trainable_variables, scale,
+                               inputs=batch)
+    if found is None:
+        return None
+    return dataclasses.replace(found, layer=_layer_of_op(model, found))
+
+
+class KeptBatch:
+    """Keeps `fit`'s last batch, for the deep look, while installed.
+
+    `install` makes the model's train step return its batch with its logs
+    under a private key, rebuilds the train function, and wraps it so that
+    the key is taken out before `fit` (or any callback) sees the logs; the
+    batch is then `batch`. `uninstall` puts the model's own train step and
+    train function back. The step gains no op: the batch it already holds
+    becomes one more output (on the host, a reference; on an accelerator,
+    the batch stays in its memory until the next step).
+    """
+
+    def __init__(self) -> None:
+        self.batch: Any = None
+        self._model: Any = None
+        self._function: Any = None
+        self._own_step: Optional[Dict[str, Any]] = None
+
+    def install(self, model: Any) -> bool:
+        """Starts keeping batches; False (nothing done) under a
+        distribution strategy of more than one replica."""
+        strategy = getattr(model, "distribute_strategy", None)
+        if strategy is not None and strategy.num_replicas_in_sync > 1:
+            return False
+        self._model, self._function = model, model.train_function
+        self._own_step = {k: v for k, v in vars(model).items()
+                          if k == "train_step"}
+        train_step = model.train_step
+
+        def kept_train_step(data: Any) -> Any:
+            logs = train_step(data)
+            if not isinstance(logs, dict):
+                return logs
+            return {**logs, _BATCH_KEY: data}
+
+        object.__setattr__(model, "train_step", kept_train_step)
+        rebuilt = model.make_train_function(force=True)
+        inner = rebuilt if callable(rebuilt) else model.train_function
+
+        def train_function(iterator: Any) -> Any:
+            logs = inner(iterator)
+            if isinstance(logs, dict) and _BATCH_KEY in logs:
+                logs = dict(logs)
+                self.batch = logs.pop(_BATCH_KEY)
+            return logs
+
+        object.__setattr__(model, "train_function", train_function)
+        return True
+
+    def uninstall(self) -> None:
+        """Puts the model's train step and train function back."""
+        model = self._model
+        if model is None:
+            return
+        if self._own_step:
+            object.__setattr__(model, "train_step",
+                               self._own_step["train_step"])
+        else:
+            object.__delattr__(model, "train_step")
+        object.__setattr__(model, "train_function", self._function)
+        self._model = self._function = self._own_step = None
+        self.batch = None

@@ -30,6 +30,16 @@ finite loss: a real NaN in the backward pass, not overflow). `skip_streak` (skip
 `nonfinite_gradients` (non-finite gradients of the batch's last skipped
 step, 0 if none was) go into `logs` too.
 
+With `deep_look=True` (off by default) the first skipped step of a run
+is replayed with TensorFlow's numeric checks on (`deep_look`), and one
+more line names the first op that made a NaN or Inf, its layer and its
+pass, e.g. `deep look at step 0: first NaN/Inf: Cast (float16)
+gradient_tape/net/Cast_1/Cast in the backward pass, layer out, fed by
+...`. For that the train step hands its batch back with its logs while
+`fit` runs (`deep_look.KeptBatch`: no op, no copy); the replay runs only
+after a skipped step and changes nothing (variables, optimizer slots, the
+scale, `iterations`, the random state). One device only.
+
 With `max_consecutive_skips=K` it stops training after K skipped steps in a
 row and warns once: a scale that keeps falling while every step is skipped
 is a NaN or Inf that no loss scale can fix (bad data or a bug), not float16
@@ -47,6 +57,7 @@ import keras
 import tensorflow as tf
 
 from tf_lossscale import _checks, skip_record
+from tf_lossscale import deep_look as deep_look_lib
 from tf_lossscale import optimizer as optimizer_lib
 from tf_lossscale import settings as settings_lib
 
@@ -87,6 +98,11 @@ class LossScaleMonitor(keras.callbacks.Callback):
         gradients were NaN or Inf, the scale), and one when such a run
         reaches `min_scale`; the lines are kept in `lines` too.
       print_fn: what prints a line (default `print`).
+      deep_look: on the first skipped step of a run, replay its batch with
+        numeric checks on and say which op made the first NaN or Inf (its
+        layer, forward or backward pass). Off by default; costs nothing
+        until a step is skipped. Not under a distribution strategy of more
+        than one replica (the line says so).
 
     Raises:
       ValueError: `max_consecutive_skips` is not None or an int >= 1.
@@ -96,8 +112,16 @@ class LossScaleMonitor(keras.callbacks.Callback):
 
     def __init__(self, max_consecutive_skips: Optional[int] = None, *,
                  report: bool = True,
-                 print_fn: Callable[[str], Any] = print) -> None:
+                 print_fn: Callable[[str], Any] = print,
+                 deep_look: bool = False) -> None:
         super().__init__()
+        if not isinstance(deep_look, bool):
+            raise TypeError(
+                "LossScaleMonitor's deep_look must be True or False; got "
+                f"{deep_look!r} of type {type(deep_look).__name__}.")
+        self.deep_look = deep_look
+        self._kept: Optional[deep_look_lib.KeptBatch] = None
+        self._kept_said = False
         self.report = report
         self.print_fn = print_fn
         self.lines: List[str] = []  # What it printed, in order.
@@ -152,6 +176,15 @@ class LossScaleMonitor(keras.callbacks.Callback):
         for progbar in _tf_keras_progress_bars(self):
             progbar.stateful_metrics = set(progbar.stateful_metrics).union(
                 LOGGED_KEYS)
+        if self.deep_look:
+            self._kept = deep_look_lib.KeptBatch()
+            if not self._kept.install(self.model):
+                self._kept = None
+
+    def on_train_end(self, logs: Optional[Dict[str, Any]] = None) -> None:
+        if self._kept is not None:
+            self._kept.uninstall()
+            self._kept = None
 
     def on_train_batch_end(self, batch: int,
                            logs: Optional[Dict[str, Any]] = None) -> None:
@@ -163,11 +196,13 @@ class LossScaleMonitor(keras.callbacks.Callback):
             if not self._run:
                 self._run_start_scale = self._scale
                 self._floor_said = False
-            self._report(new, scale, starts=not self._run)
+            self._report(new, scale, starts=not self._run,
+                         iterations=iterations)
             self._run += new
         else:
             if new:
-                self._report(new, scale, starts=True)
+                self._report(new, scale, starts=True,
+                             iterations=iterations)
             # With several steps per batch (`steps_per_execution`), a batch
             # that skipped some of them may end on a skipped step; the run
             # restarts anyway, so the monitor may stop later, never early.
@@ -190,7 +225,8 @@ class LossScaleMonitor(keras.callbacks.Callback):
                         skip_streak=self._run,
                         nonfinite_gradients=self._nonfinite)
 
-    def _report(self, new: int, scale: float, starts: bool) -> None:
+    def _report(self, new: int, scale: float, starts: bool,
+                iterations: int) -> None:
         """Reads the last skip (a batch skipped); says so when a run begins
         or, once per run, when it reaches `min_scale`."""
         optimizer = self._optimizer()
@@ -203,6 +239,8 @@ class LossScaleMonitor(keras.callbacks.Callback):
             optimizer.min_scale, settings_lib.SMALLEST_NORMAL_FLOAT32)
         if starts:
             self._say(f"{record}{_change(record.scale, scale)}")
+            if self.deep_look:
+                self._look(record, iterations)
         if at_floor and not self._floor_said and record.streak > 1:
             self._floor_said = True
             self._say(
@@ -210,6 +248,26 @@ class LossScaleMonitor(keras.callbacks.Callback):
                 f"{record.streak} skipped in a row, the last at min_scale "
                 f"({skip_record.scale_text(record.scale)}): "
                 f"{record.verdict_at_floor()}; last: {record.summary()}")
+
+    def _look(self, record: skip_record.SkipRecord, iterations: int) -> None:
+        """The deep look at the skipped step, if it was the batch's last
+        (its batch is the one kept)."""
+        kept = self._kept
+        if kept is None or kept.batch is None:
+            if not self._kept_said:
+                self._kept_said = True
+                self._say("deep look: no batch kept (fit under a "
+                          "distribution strategy of more than one replica)")
+            return
+        if record.step != iterations - 1:
+            return  # An earlier step of the batch (steps_per_execution).
+        found = deep_look_lib.replay_batch(self.model, kept.batch,
+                                           record.scale)
+        self._say(f"deep look at step {record.step}: "
+                  + (found.describe() if found is not None else
+                     "every value was finite in the replay (the fault "
+                     "depends on a random draw, or came from another "
+                     "step)"))
 
     def _say(self, line: str) -> None:
         self.lines.append(line)
