@@ -17,8 +17,19 @@ libcst keeps comments and formatting. Nothing here imports TensorFlow.
 from __future__ import annotations
 
 import ast
+import gc
 import re
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import (
+    Any,
+    Dict,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    TypeVar,
+    Union,
+)
 
 import libcst as cst
 from libcst.codemod import CodemodContext
@@ -31,6 +42,8 @@ from tf_lossscale.compat.rewrite.syntax import Note
 
 __all__ = ["Note", "rewrite"]
 
+_Node = TypeVar("_Node", bound=cst.CSTNode)
+
 
 class _Transformer(cst.CSTTransformer):
     """Dispatches each node to the rules that apply to its kind."""
@@ -39,10 +52,39 @@ class _Transformer(cst.CSTTransformer):
         super().__init__()
         self.ctx: Optional[Context] = None
         self._positions = positions
+        # Whether a rule replaced a node: if none did, the code is the
+        # source's (not generated again).
+        self.changed = False
 
     def _context(self) -> Context:
         assert self.ctx is not None, "visit_Module sets it first"
         return self.ctx
+
+    # Only the nodes that hold something a rule acts on are entered (most
+    # of a module is not: `Context.relevant`), and none of libcst's
+    # per-field hooks is looked up.
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if self.ctx is not None and id(node) not in self.ctx.relevant:
+            return False
+        return super().on_visit(node)
+
+    def on_leave(self, original_node: _Node, updated_node: _Node
+                 ) -> Union[_Node, cst.RemovalSentinel,
+                            cst.FlattenSentinel[_Node]]:
+        if id(original_node) not in self._context().relevant:
+            return updated_node
+        result = super().on_leave(original_node, updated_node)
+        if result is not updated_node:
+            self.changed = True
+        return result
+
+    def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
+        pass
+
+    def on_leave_attribute(self, original_node: cst.CSTNode,
+                           attribute: str) -> None:
+        pass
 
     def visit_Module(self, node: cst.Module) -> None:
         self.ctx = Context(node, self._positions)
@@ -129,20 +171,27 @@ def _imports(statement: cst.BaseStatement) -> bool:
         isinstance(s, (cst.Import, cst.ImportFrom)) for s in statement.body)
 
 
-def _add_imports(module: cst.Module, modules: Sequence[str]) -> cst.Module:
-    """`module` with `import m` for each of `modules` it lacks, placed by
-    libcst's AddImportsVisitor, which is run on the module's top only (up
-    to the statement after its last top-level import: all it reads and
-    changes), not on every line of a large module."""
+def _add_imports(module: cst.Module, text: str,
+                 modules: Sequence[str]) -> str:
+    """`text` (`module`'s code) with `import m` for each of `modules` it
+    lacks, placed by libcst's AddImportsVisitor, which is run on the
+    module's top only (up to the statement after its last top-level import:
+    all it reads and changes), not on every line of a large module; only
+    that top is generated again."""
     if not modules:
-        return module
+        return text
     body = list(module.body)
     last = max((i for i, s in enumerate(body) if _imports(s)), default=-1)
     cut = min(len(body), last + 2)
-    top = module.with_changes(body=body[:cut]).visit(AddImportsVisitor(
+    top = module.with_changes(body=body[:cut], footer=(),
+                              has_trailing_newline=True)
+    new_top = top.visit(AddImportsVisitor(
         CodemodContext(), [ImportItem(m) for m in modules]))
-    return module.with_changes(header=top.header,
-                               body=[*top.body, *body[cut:]])
+    before = top.code
+    if not text.startswith(before):  # The file's last line is in the top.
+        return module.with_changes(header=new_top.header, body=[
+            *new_top.body, *body[cut:]]).code
+    return new_top.code + text[len(before):]
 
 
 # A module longer than twice this is parsed in pieces of about this many
@@ -154,8 +203,14 @@ _NEWLINE = re.compile(r"\r\n|\r|\n")
 
 def _parse(source: str) -> cst.Module:
     """`cst.parse_module(source)`, a large module in pieces at top-level
-    statements (found by Python's own parser), joined into one tree whose
-    code is `source` (else it is parsed whole)."""
+    statements (found by Python's own parser), joined into one tree.
+
+    Each piece's code is its text (libcst's promise); the joined module's
+    is theirs one after the other, as the blank lines and comments between
+    two pieces (the first's footer, the next's header) become the leading
+    lines of the next's first statement. Pieces that differ in newline or
+    indentation are not joined: the module is parsed whole.
+    """
     line_ends = [m.end() for m in _NEWLINE.finditer(source)]
     if len(line_ends) < 2 * CHUNK_LINES:
         return cst.parse_module(source)
@@ -188,7 +243,7 @@ def _parse(source: str) -> cst.Module:
     module = first.with_changes(body=body, footer=pieces[-1].footer,
                                 has_trailing_newline=(
                                     pieces[-1].has_trailing_newline))
-    return module if module.code == source else cst.parse_module(source)
+    return module
 
 
 def rewrite(source: str) -> Tuple[str, List[Note]]:
@@ -204,10 +259,23 @@ def rewrite(source: str) -> Tuple[str, List[Note]]:
     Raises:
       libcst.ParserSyntaxError: `source` is not valid Python.
     """
+    # The cyclic garbage collector is paused: the tree and the rewrite make
+    # no garbage cycles of note, and its passes over the whole growing heap
+    # made a large module's rewrite a third slower and super-linear.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _rewrite(source)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _rewrite(source: str) -> Tuple[str, List[Note]]:
     if "\r" in source and "\n" not in source:
         # Old Mac newlines: libcst drops the file's last one; parse it with
         # "\n" (no other "\n" is in the text) and give the "\r"s back.
-        new, notes = rewrite(source.replace("\r", "\n"))
+        new, notes = _rewrite(source.replace("\r", "\n"))
         return new.replace("\n", "\r"), notes
     parsed = _parse(source)
     # The module is not changed in place (the transformer makes new
@@ -224,12 +292,12 @@ def rewrite(source: str) -> Tuple[str, List[Note]]:
     transformer = _Transformer(resolve)
     module = parsed.visit(transformer)
     ctx = transformer._context()
+    if not transformer.changed:
+        return source, sorted(ctx.notes)
     text = module.code
     if text == source:
         return source, sorted(ctx.notes)
     needed: Any = sorted(ctx.facts.imports_needed)
     if _USES_TF_LOSSSCALE.search(text):
         needed.append("tf_lossscale")
-    if not needed:
-        return text, sorted(ctx.notes)
-    return _add_imports(module, needed).code, sorted(ctx.notes)
+    return _add_imports(module, text, needed), sorted(ctx.notes)

@@ -47,6 +47,7 @@ from tf_lossscale.compat.rewrite.syntax import (
     bind,
     code,
 )
+from tf_lossscale.compat.rewrite.walk import Walk
 
 __all__ = ["Facts", "Kind", "Scaling", "collect"]
 
@@ -96,8 +97,9 @@ _MODULE = 0  # The module's scope; a function's or class's is its node id.
 Binding = Tuple[int, str]
 
 
-class _Syntax(cst.CSTVisitor):
-    """One pass over the module: bindings, calls and module aliases.
+class _Syntax:
+    """One pass over the module (`walk.Walk`): bindings, calls and module
+    aliases.
 
     Each name, attribute and call gets an order (visit order), its enclosing
     blocks and its scope, so that `Facts` can tell which assignments reach
@@ -107,7 +109,6 @@ class _Syntax(cst.CSTVisitor):
     """
 
     def __init__(self) -> None:
-        super().__init__()
         self.assigned: Dict[Binding, List[_Assignment]] = {}
         self.calls: List[cst.Call] = []
         # id(call) -> the bindings of the assignment it is in, if any.
@@ -384,11 +385,15 @@ class _Syntax(cst.CSTVisitor):
         self._store(node.target)
 
 
-def collect(module: cst.Module) -> _Syntax:
-    """The syntax facts of `module` (no metadata needed)."""
+def collect(module: cst.Module, wanted: Callable[[str], bool] = (
+        lambda name: False)) -> Tuple[_Syntax, Set[int]]:
+    """The syntax facts of `module` (no metadata needed), and the ids of
+    its nodes that hold a `Name` `wanted` accepts or an import
+    (`Walk.marked`)."""
     syntax = _Syntax()
-    module.visit(syntax)
-    return syntax
+    walk = Walk(syntax, wanted, (cst.Import, cst.ImportFrom, cst.Module))
+    walk.walk(module)
+    return syntax, walk.marked
 
 
 class Facts(CompileScalingFacts):
