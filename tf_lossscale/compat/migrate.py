@@ -23,7 +23,10 @@ reported on stderr as `file:line: reason`, every occurrence, and the command
 then exits with 1. A file that cannot be read, parsed or written (an
 encoding Python would refuse, a link to nothing, a syntax error, a read-only
 file under `--write`) gets one `file: reason` line, the others are still
-migrated, and the command exits with 2. `--write` replaces each file whole
+migrated, and the command exits with 2. A policy set in one file governs the `compile` of the
+others (a run is one program): their optimizers are wrapped as that
+policy had them wrapped, if mixed_float16 is in force when they run.
+`--write` replaces each file whole
 (a temporary file in its folder, then a rename) and names each file it
 wrote on stdout. Neither imports TensorFlow.
 """
@@ -46,7 +49,14 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 import libcst as cst
 
 from tf_lossscale.compat import legacy_names as table
-from tf_lossscale.compat.rewrite import Note, rewrite
+from tf_lossscale.compat.rewrite import (
+    Note,
+    Run,
+    module_facts,
+    rewrite,
+    run_facts,
+)
+from tf_lossscale.compat.rewrite.compile_scaling import ALONE, Scaling
 
 __all__ = ["Note", "PROGRESS_FROM", "line_map", "rewrite", "run"]
 
@@ -343,13 +353,31 @@ def _unique_common(a: Sequence[str], alo: int, ahi: int, b: Sequence[str],
     return run[::-1]
 
 
-def migrate_file(path: Path, write: bool) -> Optional[List[str]]:
+def _run_facts(files: Sequence[Path]) -> Run:
+    """What the files say about `compile` together: a policy set in one of
+    them governs the `compile` of another. A file that cannot be read or
+    parsed counts for nothing here (the migration reports it)."""
+    found = []
+    for path in files:
+        try:
+            source, _ = _read(path)
+            if "compile" in source or table.may_hold_legacy_names(source):
+                found.append(module_facts(source))
+        except (_Unusable, SyntaxError, ValueError, RecursionError,
+                cst.ParserSyntaxError):
+            continue
+    return run_facts(found)
+
+
+def migrate_file(path: Path, write: bool,
+                 run: Run = ALONE) -> Optional[List[str]]:
     """Rewrites one file, or prints its diff; returns its unconverted lines.
 
     Args:
       path: a Python file.
       write: replace it (same encoding and newlines) instead of printing a
         unified diff on stdout, and name it on stdout.
+      run: what the other files of the run say about `compile`.
 
     Returns:
       `file:line: reason` for each thing left unconverted; None if the file
@@ -360,10 +388,11 @@ def migrate_file(path: Path, write: bool) -> Optional[List[str]]:
       _Unusable: the file cannot be read, parsed or written.
     """
     source, encoding = _read(path)
-    if not table.may_hold_legacy_names(source):
+    if not table.may_hold_legacy_names(source) and not (
+            run.scaling is not Scaling.NONE and "compile" in source):
         return None
     try:
-        new, notes = rewrite(source)
+        new, notes = rewrite(source, run)
     except cst.ParserSyntaxError as e:
         raise _Unusable(_parse_error(path, source, e)) from None
     except RecursionError:
@@ -431,11 +460,12 @@ def run(paths: Sequence[str], write: bool) -> int:
     skipped = 0
     progress = len(files) > PROGRESS_FROM and sys.stderr.isatty()
     step = max(1, len(files) // 100)
+    facts = _run_facts(files)
     for i, path in enumerate(files):
         if progress and i % step == 0:
             _progress(i, len(files))
         try:
-            notes = migrate_file(path, write)
+            notes = migrate_file(path, write, facts)
         except _Unusable as e:
             problems.append(str(e))
             continue

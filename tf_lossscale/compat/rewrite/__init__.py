@@ -24,8 +24,10 @@ from typing import (
     Dict,
     List,
     Mapping,
+    NamedTuple,
     Optional,
     Sequence,
+    Set,
     Tuple,
     TypeVar,
     Union,
@@ -36,11 +38,19 @@ from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor, ImportItem
 from libcst.metadata import CodeRange, PositionProvider
 
+from tf_lossscale.compat import legacy_names as table
 from tf_lossscale.compat.rewrite import calls, imports, loss_scale_reads, names
+from tf_lossscale.compat.rewrite.compile_scaling import (
+    ALONE,
+    CompileScaling,
+    Run,
+    join,
+)
 from tf_lossscale.compat.rewrite.context import Context, Positions
 from tf_lossscale.compat.rewrite.syntax import Note
 
-__all__ = ["Note", "rewrite"]
+__all__ = ["ModuleFacts", "Note", "Run", "module_facts", "rewrite",
+           "run_facts"]
 
 _Node = TypeVar("_Node", bound=cst.CSTNode)
 
@@ -48,8 +58,9 @@ _Node = TypeVar("_Node", bound=cst.CSTNode)
 class _Transformer(cst.CSTTransformer):
     """Dispatches each node to the rules that apply to its kind."""
 
-    def __init__(self, positions: Positions) -> None:
+    def __init__(self, positions: Positions, run: Run) -> None:
         super().__init__()
+        self._run = run
         self.ctx: Optional[Context] = None
         self._positions = positions
         # Whether a rule replaced a node: if none did, the code is the
@@ -87,7 +98,7 @@ class _Transformer(cst.CSTTransformer):
         pass
 
     def visit_Module(self, node: cst.Module) -> None:
-        self.ctx = Context(node, self._positions)
+        self.ctx = Context(node, self._positions, self._run)
 
     # Imports are rewritten whole, by statement line.
 
@@ -246,11 +257,14 @@ def _parse(source: str) -> cst.Module:
     return module
 
 
-def rewrite(source: str) -> Tuple[str, List[Note]]:
+def rewrite(source: str, run: Run = ALONE) -> Tuple[str, List[Note]]:
     """Rewrites one module's legacy loss-scaling code; pure text to text.
 
     Args:
       source: Python source.
+      run: what the other modules migrated with it say about `compile`
+        (`run_facts`): a policy set in one module governs the `compile`
+        of another.
 
     Returns:
       The rewritten source (equal to `source` if there was nothing to do)
@@ -265,17 +279,17 @@ def rewrite(source: str) -> Tuple[str, List[Note]]:
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _rewrite(source)
+        return _rewrite(source, run)
     finally:
         if enabled:
             gc.enable()
 
 
-def _rewrite(source: str) -> Tuple[str, List[Note]]:
+def _rewrite(source: str, run: Run) -> Tuple[str, List[Note]]:
     if "\r" in source and "\n" not in source:
         # Old Mac newlines: libcst drops the file's last one; parse it with
         # "\n" (no other "\n" is in the text) and give the "\r"s back.
-        new, notes = _rewrite(source.replace("\r", "\n"))
+        new, notes = _rewrite(source.replace("\r", "\n"), run)
         return new.replace("\n", "\r"), notes
     parsed = _parse(source)
     # The module is not changed in place (the transformer makes new
@@ -289,7 +303,7 @@ def _rewrite(source: str) -> Tuple[str, List[Note]]:
             positions["found"] = wrapper.resolve(PositionProvider)
         return positions["found"]
 
-    transformer = _Transformer(resolve)
+    transformer = _Transformer(resolve, run)
     module = parsed.visit(transformer)
     ctx = transformer._context()
     if not transformer.changed:
@@ -301,3 +315,63 @@ def _rewrite(source: str) -> Tuple[str, List[Note]]:
     if _USES_TF_LOSSSCALE.search(text):
         needed.append("tf_lossscale")
     return _add_imports(module, text, needed), sorted(ctx.notes)
+
+
+# Texts that a module setting the global policy holds.
+_SETTER_TEXTS = tuple(sorted({name.rsplit(".", 1)[1]
+                              for name in table.POLICY_SETTERS}))
+
+
+class ModuleFacts(NamedTuple):
+    """What one module says about `compile`, for `run_facts`."""
+
+    scaling: Optional[CompileScaling]  # None: the module sets no policy.
+    legacy: bool  # It sets a TF 2.1-2.3 policy.
+    compiles: bool  # It calls a `.compile(...)` method.
+
+
+def module_facts(source: str) -> ModuleFacts:
+    """The policies `source` sets and whether it compiles; cheap for a
+    module that sets none (Python's own parser, no libcst).
+
+    Raises:
+      SyntaxError, ValueError, libcst.ParserSyntaxError: it does not parse.
+    """
+    compiles = "compile" in source and _compiles(ast.parse(source))
+    if not any(text in source for text in _SETTER_TEXTS):
+        return ModuleFacts(None, False, compiles)
+    ctx = Context(_parse(source), lambda: {})
+    scaling = ctx.facts.compile_scaling()
+    if not ctx.facts._sets_policy:
+        return ModuleFacts(None, False, compiles)
+    return ModuleFacts(scaling, ctx.facts.sets_legacy_policy(), compiles)
+
+
+def _compiles(tree: ast.AST) -> bool:
+    """True if `tree` calls `x.compile(...)` with `x` not an imported
+    module (`re.compile` is not Keras')."""
+    imported: Set[str] = set()
+    calls: List[ast.expr] = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            imported.update((a.asname or a.name).split(".")[0]
+                            for a in node.names)
+        elif isinstance(node, ast.Call) and isinstance(
+                node.func, ast.Attribute) and node.func.attr == "compile":
+            calls.append(node.func.value)
+    for receiver in calls:
+        while isinstance(receiver, ast.Attribute):
+            receiver = receiver.value
+        if not (isinstance(receiver, ast.Name) and receiver.id in imported):
+            return True
+    return False
+
+
+def run_facts(modules: Sequence[ModuleFacts]) -> Run:
+    """What the modules of one run say about `compile`, for `rewrite`."""
+    setting = [m for m in modules if m.scaling is not None]
+    return Run(scaling=join(m.scaling for m in setting
+                            if m.scaling is not None),
+               legacy=any(m.legacy for m in setting),
+               compiles=any(m.compiles for m in modules
+                            if m.scaling is None))

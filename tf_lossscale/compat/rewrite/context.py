@@ -8,7 +8,8 @@ import libcst as cst
 from libcst.metadata import CodeRange
 
 from tf_lossscale.compat import legacy_names as table
-from tf_lossscale.compat.rewrite.facts import Facts, collect
+from tf_lossscale.compat.rewrite.compile_scaling import ALONE
+from tf_lossscale.compat.rewrite.facts import Facts, Run, collect
 from tf_lossscale.compat.rewrite.syntax import Note, code
 
 __all__ = ["Context", "Positions"]
@@ -104,15 +105,17 @@ class Context:
     Args:
       module: the module as parsed (the rules see its nodes as `original`).
       positions: where each of its nodes is.
+      run: what the other modules of the run say about compile.
     """
 
-    def __init__(self, module: cst.Module, positions: Positions) -> None:
+    def __init__(self, module: cst.Module, positions: Positions,
+                 run: Run = ALONE) -> None:
         self._positions = positions
         self.notes: List[Note] = []
         # ids of the nodes a rule may act on (or on what they hold): the
         # transformer enters no other.
         self._syntax, self.relevant = collect(module, _wanted(module))
-        self.facts = Facts(self._syntax, self.name_of)
+        self.facts = Facts(self._syntax, self.name_of, run)
         # Classes of this module with a `compile` of their own.
         self.compile_overrides: List[str] = [
             node.name.value for node in module.body

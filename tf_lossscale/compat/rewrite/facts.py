@@ -38,8 +38,10 @@ import libcst as cst
 
 from tf_lossscale.compat import legacy_names as table
 from tf_lossscale.compat.rewrite.compile_scaling import (
+    ALONE,
     CompileScaling,
     CompileScalingFacts,
+    Run,
     Scaling,
 )
 from tf_lossscale.compat.rewrite.syntax import (
@@ -49,7 +51,7 @@ from tf_lossscale.compat.rewrite.syntax import (
 )
 from tf_lossscale.compat.rewrite.walk import Walk
 
-__all__ = ["Facts", "Kind", "Scaling", "collect"]
+__all__ = ["Facts", "Kind", "Run", "Scaling", "collect"]
 
 NameOf = Callable[[cst.CSTNode], Optional[str]]
 
@@ -404,9 +406,12 @@ class Facts(CompileScalingFacts):
       name_of: the qualified name an original node refers to, if imported.
     """
 
-    def __init__(self, syntax: _Syntax, name_of: NameOf) -> None:
+    def __init__(self, syntax: _Syntax, name_of: NameOf,
+                 run: Run = ALONE) -> None:
         self._syntax = syntax
         self._name_of = name_of
+        self.run = run
+        self.scaling_elsewhere = False
         self._scaling: Optional[CompileScaling] = None
         self.scaling_sources: Set[int] = set()  # ids of Policy calls set
         self.imports_needed: Set[str] = set()
@@ -612,8 +617,12 @@ class Facts(CompileScalingFacts):
         return id(call) in self._syntax.conditional
 
     def sets_legacy_policy(self) -> bool:
-        """True if the module sets a TF 2.1-2.3 (experimental) policy."""
-        return self._sets_legacy_policy()
+        """True if the module sets a TF 2.1-2.3 (experimental) policy, or
+        its compile is governed by such a policy of another module."""
+        if self._sets_legacy_policy():
+            return True
+        self.compile_scaling()
+        return self.scaling_elsewhere and self.run.legacy
 
     def _sets_legacy_policy(self) -> bool:
         if self._legacy_policy is None:
