@@ -120,3 +120,14 @@ def test_the_migrated_program_trains_as_the_legacy_one_under_the_shim():
     with pytest.raises(TypeError, match="loss_scale"):
         _legacy_programs.run(rewrite(POLICY)[0] + MODEL + DRIVER,
                              shim=False)
+
+
+def test_a_run_whose_policies_have_no_loss_scale_of_their_own_is_alone():
+    # Keras' compile wraps the other modules' optimizers under
+    # mixed_float16 dynamically, as TF 2.4-2.15's did: nothing to carry
+    # (a repository's test modules set policies for themselves).
+    dynamic = "import tensorflow as tf\n" \
+        "tf.keras.mixed_precision.set_global_policy(flags.dtype)\n"
+    facts = run_facts([module_facts(dynamic), module_facts(MODEL)])
+    assert facts == run_facts([])
+    assert rewrite(MODEL, facts) == (MODEL, [])

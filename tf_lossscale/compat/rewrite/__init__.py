@@ -368,8 +368,23 @@ def _compiles(tree: ast.AST) -> bool:
 
 
 def run_facts(modules: Sequence[ModuleFacts]) -> Run:
-    """What the modules of one run say about `compile`, for `rewrite`."""
+    """What the modules of one run say about `compile`, for `rewrite`.
+
+    Only a run with a policy that has a loss scale of its own (`Policy(
+    'mixed_float16', loss_scale=128)`) governs the compile of other
+    modules: their optimizers are wrapped with that scale where mixed_float16
+    is in force, or, if the run's policies disagree, reported.
+    """
     setting = [m for m in modules if m.scaling is not None]
+    if not any(isinstance(m.scaling, tuple) and m.scaling
+               for m in setting):
+        # No policy of the run has a loss scale of its own (a fixed one,
+        # say): Keras' compile still wraps the optimizers of the other
+        # modules under mixed_float16 as TF 2.4-2.15's did, with dynamic
+        # scaling; nothing is lost where they are left as they are. (A
+        # repository holds many programs: its test modules set policies
+        # for themselves.)
+        return ALONE
     return Run(scaling=join(m.scaling for m in setting
                             if m.scaling is not None),
                legacy=any(m.legacy for m in setting),
