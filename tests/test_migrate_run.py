@@ -131,3 +131,18 @@ def test_a_run_whose_policies_have_no_loss_scale_of_their_own_is_alone():
     facts = run_facts([module_facts(dynamic), module_facts(MODEL)])
     assert facts == run_facts([])
     assert rewrite(MODEL, facts) == (MODEL, [])
+
+
+def test_a_second_run_leaves_its_own_conditional_wrap_unreported():
+    # A policy chosen at run time and an optimizer that may be wrapped
+    # already: the first run writes a conditional inside a conditional.
+    legacy = textwrap.dedent("""\
+        import tensorflow as tf
+        tf.keras.mixed_precision.set_global_policy(
+            'mixed_float16' if fp16 else 'float32')
+        optimizer = make()
+        model.compile(optimizer=optimizer)
+        """)
+    once, notes = rewrite(legacy)
+    assert notes == [] and once.count(" if ") == 3
+    assert rewrite(once) == (once, [])

@@ -322,7 +322,7 @@ def _compile(ctx: Context, original: cst.Call, updated: cst.Call) -> cst.Call:
     if isinstance(value, cst.IfExp) and any(
             ctx.facts.kind(branch) in (Kind.LOSS_SCALE_OPTIMIZER,
                                        Kind.EXPERIMENTAL_OPTIMIZER)
-            for branch in (value.body, value.orelse)):
+            for branch in _branches(value)):
         return updated  # Wrapped where the policy scales (migrated code).
     wrapped = _wrapped(ctx, updated.args[index].value, ctx.facts.kind(value),
                        extra)
@@ -332,6 +332,16 @@ def _compile(ctx: Context, original: cst.Call, updated: cst.Call) -> cst.Call:
     args = list(updated.args)
     args[index] = args[index].with_changes(value=wrapped)
     return updated.with_changes(args=args)
+
+
+def _branches(node: cst.IfExp) -> List[cst.BaseExpression]:
+    """The values a conditional expression may take, nested ones too
+    (migrate's own `x if isinstance(x, W) else W(x) if mixed else x`)."""
+    found: List[cst.BaseExpression] = []
+    for branch in (node.body, node.orelse):
+        found += _branches(branch) if isinstance(branch, cst.IfExp) else [
+            branch]
+    return found
 
 
 def _if_mixed(ctx: Context, wrapped: cst.BaseExpression,
