@@ -351,8 +351,8 @@ def test_files_without_a_loss_scaling_name_are_skipped_and_counted(
         "ls = tf.train.experimental.DynamicLossScale()\n")
     parsed = []
     real = migrate.rewrite
-    monkeypatch.setattr(migrate, "rewrite",
-                        lambda source: parsed.append(source) or real(source))
+    monkeypatch.setattr(migrate, "rewrite", lambda source, *run: (
+        parsed.append(source) or real(source, *run)))
     assert migrate.run([str(tmp_path)], write=True) == 0
     assert len(parsed) == 1  # model.py would not even parse.
     assert "tf_lossscale.DynamicLossScale()" in (

@@ -23,7 +23,10 @@ reported on stderr as `file:line: reason`, every occurrence, and the command
 then exits with 1. A file that cannot be read, parsed or written (an
 encoding Python would refuse, a link to nothing, a syntax error, a read-only
 file under `--write`) gets one `file: reason` line, the others are still
-migrated, and the command exits with 2. `--write` replaces each file whole
+migrated, and the command exits with 2. A policy set in one file governs the `compile` of the
+others (a run is one program): their optimizers are wrapped as that
+policy had them wrapped, if mixed_float16 is in force when they run.
+`--write` replaces each file whole
 (a temporary file in its folder, then a rename) and names each file it
 wrote on stdout. Neither imports TensorFlow.
 """
@@ -31,6 +34,7 @@ wrote on stdout. Neither imports TensorFlow.
 from __future__ import annotations
 
 import ast
+import bisect
 import codecs
 import difflib
 import io
@@ -45,7 +49,14 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 import libcst as cst
 
 from tf_lossscale.compat import legacy_names as table
-from tf_lossscale.compat.rewrite import Note, rewrite
+from tf_lossscale.compat.rewrite import (
+    Note,
+    Run,
+    module_facts,
+    rewrite,
+    run_facts,
+)
+from tf_lossscale.compat.rewrite.compile_scaling import ALONE, Scaling
 
 __all__ = ["Note", "PROGRESS_FROM", "line_map", "rewrite", "run"]
 
@@ -215,21 +226,158 @@ def _write(path: Path, text: str, encoding: str) -> None:
 
 
 def _diff(path: Path, source: str, new: str) -> List[str]:
-    """A unified diff of one file, named as git names files."""
+    """A unified diff of one file (3 lines of context), named as git names
+    files."""
     old_name, new_name = (str(path),) * 2 if path.is_absolute() else (
         f"a/{path.as_posix()}", f"b/{path.as_posix()}")
-    return list(difflib.unified_diff(
-        source.splitlines(keepends=True), new.splitlines(keepends=True),
-        old_name, new_name))
+    a, b = source.splitlines(keepends=True), new.splitlines(keepends=True)
+    matcher = _Matcher(a, b)
+    lines: List[str] = []
+    for group in matcher.get_grouped_opcodes(3):
+        if not lines:
+            lines += [f"--- {old_name}\n", f"+++ {new_name}\n"]
+        first, last = group[0], group[-1]
+        lines.append(f"@@ -{_range(first[1], last[2])} "
+                     f"+{_range(first[3], last[4])} @@\n")
+        for tag, i1, i2, j1, j2 in group:
+            if tag == "equal":
+                lines += [" " + line for line in a[i1:i2]]
+                continue
+            lines += ["-" + line for line in a[i1:i2]]
+            lines += ["+" + line for line in b[j1:j2]]
+    # A last line without a newline gets one in the diff, as difflib does.
+    return [line if line.endswith(("\n", "\r")) else line + "\n"
+            for line in lines]
 
 
-def migrate_file(path: Path, write: bool) -> Optional[List[str]]:
+def _range(start: int, stop: int) -> str:
+    """A hunk's line range in unified diff notation."""
+    length = stop - start
+    if length == 1:
+        return str(start + 1)
+    return f"{start + 1 if length else start},{length}"
+
+
+class _Matcher(difflib.SequenceMatcher[str]):
+    """Matches the lines of a file and of its rewrite in linear time.
+
+    difflib's own matching is quadratic in the worst case, and a large
+    generated module (the same function a thousand times) is close to it:
+    a 50,000-line file took longer to diff than to rewrite. The rewriter
+    changes lines in place and adds some, so most lines that occur once in
+    each text are the same line: they are matched first (the longest run of
+    them in the same order, by patience sorting), and difflib matches only
+    the short stretches between two of them.
+    """
+
+    def __init__(self, a: Sequence[str], b: Sequence[str]) -> None:
+        super().__init__(None, a, b, autojunk=False)
+        self._a, self._b = a, b
+        self._blocks: Optional[List[difflib.Match]] = None
+
+    def get_matching_blocks(self) -> List[difflib.Match]:
+        if self._blocks is None:
+            pairs: List[Tuple[int, int]] = []
+            self._match(0, len(self._a), 0, len(self._b), pairs)
+            blocks: List[List[int]] = []
+            for i, j in pairs:
+                if blocks and blocks[-1][0] + blocks[-1][2] == i and (
+                        blocks[-1][1] + blocks[-1][2] == j):
+                    blocks[-1][2] += 1
+                else:
+                    blocks.append([i, j, 1])
+            self._blocks = [difflib.Match(*block) for block in blocks]
+            self._blocks.append(difflib.Match(len(self._a), len(self._b), 0))
+        return self._blocks
+
+    def _match(self, alo: int, ahi: int, blo: int, bhi: int,
+               pairs: List[Tuple[int, int]]) -> None:
+        """Appends the matched line pairs of a[alo:ahi] and b[blo:bhi]."""
+        a, b = self._a, self._b
+        while alo < ahi and blo < bhi and a[alo] == b[blo]:
+            pairs.append((alo, blo))
+            alo, blo = alo + 1, blo + 1
+        tail: List[Tuple[int, int]] = []
+        while alo < ahi and blo < bhi and a[ahi - 1] == b[bhi - 1]:
+            ahi, bhi = ahi - 1, bhi - 1
+            tail.append((ahi, bhi))
+        if alo < ahi and blo < bhi:
+            anchors = _unique_common(a, alo, ahi, b, blo, bhi)
+            if anchors:
+                for i, j in anchors:
+                    self._match(alo, i, blo, j, pairs)
+                    pairs.append((i, j))
+                    alo, blo = i + 1, j + 1
+                self._match(alo, ahi, blo, bhi, pairs)
+            elif (ahi - alo) * (bhi - blo) <= 250_000:
+                inner = difflib.SequenceMatcher(
+                    None, a[alo:ahi], b[blo:bhi], autojunk=False)
+                for i, j, size in inner.get_matching_blocks():
+                    pairs.extend((alo + i + k, blo + j + k)
+                                 for k in range(size))
+        pairs.extend(reversed(tail))
+
+
+def _unique_common(a: Sequence[str], alo: int, ahi: int, b: Sequence[str],
+                   blo: int, bhi: int) -> List[Tuple[int, int]]:
+    """The longest sequence of lines that occur once in a[alo:ahi] and once
+    in b[blo:bhi], in the same order in both: (index in a, index in b)."""
+    count: Dict[str, int] = {}
+    where: Dict[str, int] = {}
+    for i in range(alo, ahi):
+        count[a[i]] = count.get(a[i], 0) + 1
+        where[a[i]] = i
+    in_b: Dict[str, int] = {}
+    for j in range(blo, bhi):
+        if count.get(b[j]) == 1:
+            in_b[b[j]] = -1 if b[j] in in_b else j
+    pairs = sorted((where[line], j) for line, j in in_b.items() if j >= 0)
+    # Longest increasing run of j (patience sorting).
+    tops: List[int] = []
+    top_index: List[int] = []
+    previous: List[int] = []
+    for k, (_, j) in enumerate(pairs):
+        pile = bisect.bisect_left(tops, j)
+        if pile == len(tops):
+            tops.append(j)
+            top_index.append(k)
+        else:
+            tops[pile] = j
+            top_index[pile] = k
+        previous.append(top_index[pile - 1] if pile else -1)
+    run: List[Tuple[int, int]] = []
+    k = top_index[-1] if top_index else -1
+    while k >= 0:
+        run.append(pairs[k])
+        k = previous[k]
+    return run[::-1]
+
+
+def _run_facts(files: Sequence[Path]) -> Run:
+    """What the files say about `compile` together: a policy set in one of
+    them governs the `compile` of another. A file that cannot be read or
+    parsed counts for nothing here (the migration reports it)."""
+    found = []
+    for path in files:
+        try:
+            source, _ = _read(path)
+            if "compile" in source or table.may_hold_legacy_names(source):
+                found.append(module_facts(source))
+        except (_Unusable, SyntaxError, ValueError, RecursionError,
+                cst.ParserSyntaxError):
+            continue
+    return run_facts(found)
+
+
+def migrate_file(path: Path, write: bool,
+                 run: Run = ALONE) -> Optional[List[str]]:
     """Rewrites one file, or prints its diff; returns its unconverted lines.
 
     Args:
       path: a Python file.
       write: replace it (same encoding and newlines) instead of printing a
         unified diff on stdout, and name it on stdout.
+      run: what the other files of the run say about `compile`.
 
     Returns:
       `file:line: reason` for each thing left unconverted; None if the file
@@ -240,10 +388,11 @@ def migrate_file(path: Path, write: bool) -> Optional[List[str]]:
       _Unusable: the file cannot be read, parsed or written.
     """
     source, encoding = _read(path)
-    if not table.may_hold_legacy_names(source):
+    if not table.may_hold_legacy_names(source) and not (
+            run.scaling is not Scaling.NONE and "compile" in source):
         return None
     try:
-        new, notes = rewrite(source)
+        new, notes = rewrite(source, run)
     except cst.ParserSyntaxError as e:
         raise _Unusable(_parse_error(path, source, e)) from None
     except RecursionError:
@@ -274,8 +423,7 @@ def line_map(old: str, new: str) -> Dict[int, int]:
     """
     a, b = old.splitlines(), new.splitlines()
     mapping: Dict[int, int] = {}
-    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+    for tag, i1, i2, j1, j2 in _Matcher(a, b).get_opcodes():
         for i in range(i1, i2):
             if tag == "equal":
                 mapping[i + 1] = j1 + (i - i1) + 1
@@ -312,11 +460,12 @@ def run(paths: Sequence[str], write: bool) -> int:
     skipped = 0
     progress = len(files) > PROGRESS_FROM and sys.stderr.isatty()
     step = max(1, len(files) // 100)
+    facts = _run_facts(files)
     for i, path in enumerate(files):
         if progress and i % step == 0:
             _progress(i, len(files))
         try:
-            notes = migrate_file(path, write)
+            notes = migrate_file(path, write, facts)
         except _Unusable as e:
             problems.append(str(e))
             continue

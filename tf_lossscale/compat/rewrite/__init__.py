@@ -17,35 +17,88 @@ libcst keeps comments and formatting. Nothing here imports TensorFlow.
 from __future__ import annotations
 
 import ast
+import gc
 import re
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import (
+    Any,
+    Dict,
+    List,
+    Mapping,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+    TypeVar,
+    Union,
+)
 
 import libcst as cst
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor, ImportItem
 from libcst.metadata import CodeRange, PositionProvider
 
+from tf_lossscale.compat import legacy_names as table
 from tf_lossscale.compat.rewrite import calls, imports, loss_scale_reads, names
+from tf_lossscale.compat.rewrite.compile_scaling import (
+    ALONE,
+    CompileScaling,
+    Run,
+    join,
+)
 from tf_lossscale.compat.rewrite.context import Context, Positions
 from tf_lossscale.compat.rewrite.syntax import Note
 
-__all__ = ["Note", "rewrite"]
+__all__ = ["ModuleFacts", "Note", "Run", "module_facts", "rewrite",
+           "run_facts"]
+
+_Node = TypeVar("_Node", bound=cst.CSTNode)
 
 
 class _Transformer(cst.CSTTransformer):
     """Dispatches each node to the rules that apply to its kind."""
 
-    def __init__(self, positions: Positions) -> None:
+    def __init__(self, positions: Positions, run: Run) -> None:
         super().__init__()
+        self._run = run
         self.ctx: Optional[Context] = None
         self._positions = positions
+        # Whether a rule replaced a node: if none did, the code is the
+        # source's (not generated again).
+        self.changed = False
 
     def _context(self) -> Context:
         assert self.ctx is not None, "visit_Module sets it first"
         return self.ctx
 
+    # Only the nodes that hold something a rule acts on are entered (most
+    # of a module is not: `Context.relevant`), and none of libcst's
+    # per-field hooks is looked up.
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if self.ctx is not None and id(node) not in self.ctx.relevant:
+            return False
+        return super().on_visit(node)
+
+    def on_leave(self, original_node: _Node, updated_node: _Node
+                 ) -> Union[_Node, cst.RemovalSentinel,
+                            cst.FlattenSentinel[_Node]]:
+        if id(original_node) not in self._context().relevant:
+            return updated_node
+        result = super().on_leave(original_node, updated_node)
+        if result is not updated_node:
+            self.changed = True
+        return result
+
+    def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
+        pass
+
+    def on_leave_attribute(self, original_node: cst.CSTNode,
+                           attribute: str) -> None:
+        pass
+
     def visit_Module(self, node: cst.Module) -> None:
-        self.ctx = Context(node, self._positions)
+        self.ctx = Context(node, self._positions, self._run)
 
     # Imports are rewritten whole, by statement line.
 
@@ -129,20 +182,27 @@ def _imports(statement: cst.BaseStatement) -> bool:
         isinstance(s, (cst.Import, cst.ImportFrom)) for s in statement.body)
 
 
-def _add_imports(module: cst.Module, modules: Sequence[str]) -> cst.Module:
-    """`module` with `import m` for each of `modules` it lacks, placed by
-    libcst's AddImportsVisitor, which is run on the module's top only (up
-    to the statement after its last top-level import: all it reads and
-    changes), not on every line of a large module."""
+def _add_imports(module: cst.Module, text: str,
+                 modules: Sequence[str]) -> str:
+    """`text` (`module`'s code) with `import m` for each of `modules` it
+    lacks, placed by libcst's AddImportsVisitor, which is run on the
+    module's top only (up to the statement after its last top-level import:
+    all it reads and changes), not on every line of a large module; only
+    that top is generated again."""
     if not modules:
-        return module
+        return text
     body = list(module.body)
     last = max((i for i, s in enumerate(body) if _imports(s)), default=-1)
     cut = min(len(body), last + 2)
-    top = module.with_changes(body=body[:cut]).visit(AddImportsVisitor(
+    top = module.with_changes(body=body[:cut], footer=(),
+                              has_trailing_newline=True)
+    new_top = top.visit(AddImportsVisitor(
         CodemodContext(), [ImportItem(m) for m in modules]))
-    return module.with_changes(header=top.header,
-                               body=[*top.body, *body[cut:]])
+    before = top.code
+    if not text.startswith(before):  # The file's last line is in the top.
+        return module.with_changes(header=new_top.header, body=[
+            *new_top.body, *body[cut:]]).code
+    return new_top.code + text[len(before):]
 
 
 # A module longer than twice this is parsed in pieces of about this many
@@ -154,8 +214,14 @@ _NEWLINE = re.compile(r"\r\n|\r|\n")
 
 def _parse(source: str) -> cst.Module:
     """`cst.parse_module(source)`, a large module in pieces at top-level
-    statements (found by Python's own parser), joined into one tree whose
-    code is `source` (else it is parsed whole)."""
+    statements (found by Python's own parser), joined into one tree.
+
+    Each piece's code is its text (libcst's promise); the joined module's
+    is theirs one after the other, as the blank lines and comments between
+    two pieces (the first's footer, the next's header) become the leading
+    lines of the next's first statement. Pieces that differ in newline or
+    indentation are not joined: the module is parsed whole.
+    """
     line_ends = [m.end() for m in _NEWLINE.finditer(source)]
     if len(line_ends) < 2 * CHUNK_LINES:
         return cst.parse_module(source)
@@ -188,14 +254,17 @@ def _parse(source: str) -> cst.Module:
     module = first.with_changes(body=body, footer=pieces[-1].footer,
                                 has_trailing_newline=(
                                     pieces[-1].has_trailing_newline))
-    return module if module.code == source else cst.parse_module(source)
+    return module
 
 
-def rewrite(source: str) -> Tuple[str, List[Note]]:
+def rewrite(source: str, run: Run = ALONE) -> Tuple[str, List[Note]]:
     """Rewrites one module's legacy loss-scaling code; pure text to text.
 
     Args:
       source: Python source.
+      run: what the other modules migrated with it say about `compile`
+        (`run_facts`): a policy set in one module governs the `compile`
+        of another.
 
     Returns:
       The rewritten source (equal to `source` if there was nothing to do)
@@ -204,10 +273,23 @@ def rewrite(source: str) -> Tuple[str, List[Note]]:
     Raises:
       libcst.ParserSyntaxError: `source` is not valid Python.
     """
+    # The cyclic garbage collector is paused: the tree and the rewrite make
+    # no garbage cycles of note, and its passes over the whole growing heap
+    # made a large module's rewrite a third slower and super-linear.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _rewrite(source, run)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _rewrite(source: str, run: Run) -> Tuple[str, List[Note]]:
     if "\r" in source and "\n" not in source:
         # Old Mac newlines: libcst drops the file's last one; parse it with
         # "\n" (no other "\n" is in the text) and give the "\r"s back.
-        new, notes = rewrite(source.replace("\r", "\n"))
+        new, notes = _rewrite(source.replace("\r", "\n"), run)
         return new.replace("\n", "\r"), notes
     parsed = _parse(source)
     # The module is not changed in place (the transformer makes new
@@ -221,15 +303,90 @@ def rewrite(source: str) -> Tuple[str, List[Note]]:
             positions["found"] = wrapper.resolve(PositionProvider)
         return positions["found"]
 
-    transformer = _Transformer(resolve)
+    transformer = _Transformer(resolve, run)
     module = parsed.visit(transformer)
     ctx = transformer._context()
+    if not transformer.changed:
+        return source, sorted(ctx.notes)
     text = module.code
     if text == source:
         return source, sorted(ctx.notes)
     needed: Any = sorted(ctx.facts.imports_needed)
     if _USES_TF_LOSSSCALE.search(text):
         needed.append("tf_lossscale")
-    if not needed:
-        return text, sorted(ctx.notes)
-    return _add_imports(module, needed).code, sorted(ctx.notes)
+    return _add_imports(module, text, needed), sorted(ctx.notes)
+
+
+# Texts that a module setting the global policy holds.
+_SETTER_TEXTS = tuple(sorted({name.rsplit(".", 1)[1]
+                              for name in table.POLICY_SETTERS}))
+
+
+class ModuleFacts(NamedTuple):
+    """What one module says about `compile`, for `run_facts`."""
+
+    scaling: Optional[CompileScaling]  # None: the module sets no policy.
+    legacy: bool  # It sets a TF 2.1-2.3 policy.
+    compiles: bool  # It calls a `.compile(...)` method.
+
+
+def module_facts(source: str) -> ModuleFacts:
+    """The policies `source` sets and whether it compiles; cheap for a
+    module that sets none (Python's own parser, no libcst).
+
+    Raises:
+      SyntaxError, ValueError, libcst.ParserSyntaxError: it does not parse.
+    """
+    compiles = "compile" in source and _compiles(ast.parse(source))
+    if not any(text in source for text in _SETTER_TEXTS):
+        return ModuleFacts(None, False, compiles)
+    ctx = Context(_parse(source), lambda: {})
+    scaling = ctx.facts.compile_scaling()
+    if not ctx.facts._sets_policy:
+        return ModuleFacts(None, False, compiles)
+    return ModuleFacts(scaling, ctx.facts.sets_legacy_policy(), compiles)
+
+
+def _compiles(tree: ast.AST) -> bool:
+    """True if `tree` calls `x.compile(...)` with `x` not an imported
+    module (`re.compile` is not Keras')."""
+    imported: Set[str] = set()
+    calls: List[ast.expr] = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            imported.update((a.asname or a.name).split(".")[0]
+                            for a in node.names)
+        elif isinstance(node, ast.Call) and isinstance(
+                node.func, ast.Attribute) and node.func.attr == "compile":
+            calls.append(node.func.value)
+    for receiver in calls:
+        while isinstance(receiver, ast.Attribute):
+            receiver = receiver.value
+        if not (isinstance(receiver, ast.Name) and receiver.id in imported):
+            return True
+    return False
+
+
+def run_facts(modules: Sequence[ModuleFacts]) -> Run:
+    """What the modules of one run say about `compile`, for `rewrite`.
+
+    Only a run with a policy that has a loss scale of its own (`Policy(
+    'mixed_float16', loss_scale=128)`) governs the compile of other
+    modules: their optimizers are wrapped with that scale where mixed_float16
+    is in force, or, if the run's policies disagree, reported.
+    """
+    setting = [m for m in modules if m.scaling is not None]
+    if not any(isinstance(m.scaling, tuple) and m.scaling
+               for m in setting):
+        # No policy of the run has a loss scale of its own (a fixed one,
+        # say): Keras' compile still wraps the optimizers of the other
+        # modules under mixed_float16 as TF 2.4-2.15's did, with dynamic
+        # scaling; nothing is lost where they are left as they are. (A
+        # repository holds many programs: its test modules set policies
+        # for themselves.)
+        return ALONE
+    return Run(scaling=join(m.scaling for m in setting
+                            if m.scaling is not None),
+               legacy=any(m.legacy for m in setting),
+               compiles=any(m.compiles for m in modules
+                            if m.scaling is None))

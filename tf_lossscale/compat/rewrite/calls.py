@@ -211,10 +211,14 @@ def _loss_scale_is_carried(ctx: Context, original: cst.Call,
     except (KeyError, Unconvertible):
         pass
     scaling = ctx.facts.compile_scaling()
-    # Only where this module's compile carries it: a compile in another
-    # module would wrap with Keras' dynamic default instead.
+    # Only where a compile of the run carries it: this module's, or that of
+    # another module of the run without a policy of its own, which is
+    # wrapped with this scaling; a compile outside the run would wrap with
+    # Keras' dynamic default instead.
+    run = ctx.facts.run
     return id(original) in ctx.facts.scaling_sources and isinstance(
-        scaling, tuple) and ctx.facts.compiles()
+        scaling, tuple) and (ctx.facts.compiles() or (
+            run.compiles and run.scaling == scaling))
 
 
 # enable_/disable_mixed_precision_graph_rewrite.
@@ -284,6 +288,15 @@ def _compile(ctx: Context, original: cst.Call, updated: cst.Call) -> cst.Call:
             "under Policy('mixed_float16', loss_scale=None) TF 2.1-2.3's "
             "compile did not scale the loss and the current one does: pass "
             "auto_scale_loss=False to compile (Keras 3)")
+    if scaling is Scaling.UNKNOWN and ctx.facts.scaling_elsewhere:
+        _note_model_scaling_calls(ctx)
+        raise Unconvertible(
+            "this module sets no policy, and the other modules of this run "
+            "set policies that scale differently (or that the rewriter "
+            "cannot read): it cannot tell which one this compile runs "
+            "under; compile wrapped the optimizer in a LossScaleOptimizer "
+            f"under mixed_float16: wrap it in {_OPTIMIZER} by hand where it "
+            "did")
     if scaling is Scaling.UNKNOWN:
         _note_model_scaling_calls(ctx)
         raise Unconvertible(
@@ -309,7 +322,7 @@ def _compile(ctx: Context, original: cst.Call, updated: cst.Call) -> cst.Call:
     if isinstance(value, cst.IfExp) and any(
             ctx.facts.kind(branch) in (Kind.LOSS_SCALE_OPTIMIZER,
                                        Kind.EXPERIMENTAL_OPTIMIZER)
-            for branch in (value.body, value.orelse)):
+            for branch in _branches(value)):
         return updated  # Wrapped where the policy scales (migrated code).
     wrapped = _wrapped(ctx, updated.args[index].value, ctx.facts.kind(value),
                        extra)
@@ -321,12 +334,24 @@ def _compile(ctx: Context, original: cst.Call, updated: cst.Call) -> cst.Call:
     return updated.with_changes(args=args)
 
 
+def _branches(node: cst.IfExp) -> List[cst.BaseExpression]:
+    """The values a conditional expression may take, nested ones too
+    (migrate's own `x if isinstance(x, W) else W(x) if mixed else x`)."""
+    found: List[cst.BaseExpression] = []
+    for branch in (node.body, node.orelse):
+        found += _branches(branch) if isinstance(branch, cst.IfExp) else [
+            branch]
+    return found
+
+
 def _if_mixed(ctx: Context, wrapped: cst.BaseExpression,
               unwrapped: cst.BaseExpression,
               scaling: object) -> cst.BaseExpression:
-    """`wrapped`, or, for a policy chosen at run time, `wrapped` only if
-    the global policy is mixed_float16, as compile chose."""
-    if scaling is not Scaling.IF_MIXED_FLOAT16:
+    """`wrapped`, or, for a policy chosen at run time (or set by another
+    module of the run, which may not run first), `wrapped` only if the
+    global policy is mixed_float16, as compile chose."""
+    if scaling is not Scaling.IF_MIXED_FLOAT16 and (
+            not ctx.facts.scaling_elsewhere):
         return wrapped
     policy = ctx.facts.reference("keras.mixed_precision.global_policy")
     test = cst.parse_expression(f"{policy}().name == 'mixed_float16'")

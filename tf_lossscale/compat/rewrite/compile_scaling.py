@@ -11,7 +11,17 @@ policy's name, or a policy the rewriter cannot read. `Facts` inherits it.
 from __future__ import annotations
 
 import enum
-from typing import Any, Callable, List, Optional, Set, Tuple, Union
+from typing import (
+    Any,
+    Callable,
+    Iterable,
+    List,
+    NamedTuple,
+    Optional,
+    Set,
+    Tuple,
+    Union,
+)
 
 import libcst as cst
 
@@ -24,7 +34,8 @@ from tf_lossscale.compat.rewrite.syntax import (
     literal,
 )
 
-__all__ = ["CompileScaling", "CompileScalingFacts", "Scaling"]
+__all__ = ["ALONE", "CompileScaling", "CompileScalingFacts", "Run",
+           "Scaling", "join"]
 
 
 class Scaling(enum.Enum):
@@ -44,6 +55,36 @@ class Scaling(enum.Enum):
 CompileScaling = Union[Tuple[Tuple[str, str], ...], Scaling]
 
 
+class Run(NamedTuple):
+    """What the modules of one `migrate` run say about `compile`.
+
+    A policy is global: set in one module (`train.py` under a flag), it
+    governs the `compile` of another (`model.py`). `scaling` is the join of
+    what every module of the run that sets a policy gives compile (as
+    `compile_scaling()`; `Scaling.NONE` if none sets one); `legacy` whether
+    those policies are TF 2.1-2.3's; `compiles` whether a module of the run
+    without a policy of its own calls `compile`, whose optimizer is then
+    wrapped with that scaling (so a policy's `loss_scale` is carried).
+    """
+
+    scaling: CompileScaling = Scaling.NONE
+    legacy: bool = False
+    compiles: bool = False
+
+
+# A module migrated alone: no other module sets a policy or compiles.
+ALONE = Run()
+
+
+def join(scalings: Iterable["CompileScaling"]) -> "CompileScaling":
+    """The scaling under any of several policies: one, none, or unknown."""
+    found = set(scalings)
+    found.discard(Scaling.NONE)
+    if len(found) > 1:
+        return Scaling.UNKNOWN
+    return found.pop() if found else Scaling.NONE
+
+
 def _by_name(names: Set[Any]) -> CompileScaling:
     """The scaling of compile under a policy named one of `names`."""
     if names == {"mixed_float16"}:
@@ -59,6 +100,10 @@ class CompileScalingFacts:
 
     _scaling: Optional["CompileScaling"]
     scaling_sources: Set[int]
+    # The run this module is migrated in, and whether compile_scaling()
+    # comes from a policy its other modules set (this one sets none).
+    run: Run
+    scaling_elsewhere: bool
     _name_of: Callable[[cst.CSTNode], Optional[str]]
 
     def _calls(self) -> List[cst.Call]:
@@ -83,12 +128,23 @@ class CompileScalingFacts:
         """
         if self._scaling is None:
             self._scaling = self._compile_scaling()
+            if self._scaling is Scaling.NONE and not self._sets_policy and (
+                    self.run.scaling is not Scaling.NONE):
+                # No policy here: the one another module of the run sets
+                # governs this module's compile, if it is set first; the
+                # wrapper tests at run time that mixed_float16 is in force.
+                self._scaling = self.run.scaling
+                self.scaling_elsewhere = True
         return self._scaling
+
+    _sets_policy = False
 
     def _compile_scaling(self) -> CompileScaling:
         found = set()
         for call in self._calls():
             name = self._name_of(call.func)
+            if name in table.POLICY_SETTERS:
+                self._sets_policy = True
             if name in table.POLICY_SETTERS and call.args:
                 scaling = self._set_scaling(call.args[0].value)
                 if self.is_conditional(call) and scaling != Scaling.NONE:
@@ -98,10 +154,7 @@ class CompileScalingFacts:
                     scaling = (Scaling.IF_MIXED_FLOAT16 if scaling in (
                         (), Scaling.IF_MIXED_FLOAT16) else Scaling.UNKNOWN)
                 found.add(scaling)
-        found.discard(Scaling.NONE)
-        if len(found) > 1:
-            return Scaling.UNKNOWN
-        return found.pop() if found else Scaling.NONE
+        return join(found)
 
     def _set_scaling(self, policy: cst.BaseExpression) -> CompileScaling:
         """The scaling compile adds under the policy `policy` being set."""

@@ -38,8 +38,10 @@ import libcst as cst
 
 from tf_lossscale.compat import legacy_names as table
 from tf_lossscale.compat.rewrite.compile_scaling import (
+    ALONE,
     CompileScaling,
     CompileScalingFacts,
+    Run,
     Scaling,
 )
 from tf_lossscale.compat.rewrite.syntax import (
@@ -47,8 +49,9 @@ from tf_lossscale.compat.rewrite.syntax import (
     bind,
     code,
 )
+from tf_lossscale.compat.rewrite.walk import Walk
 
-__all__ = ["Facts", "Kind", "Scaling", "collect"]
+__all__ = ["Facts", "Kind", "Run", "Scaling", "collect"]
 
 NameOf = Callable[[cst.CSTNode], Optional[str]]
 
@@ -96,8 +99,9 @@ _MODULE = 0  # The module's scope; a function's or class's is its node id.
 Binding = Tuple[int, str]
 
 
-class _Syntax(cst.CSTVisitor):
-    """One pass over the module: bindings, calls and module aliases.
+class _Syntax:
+    """One pass over the module (`walk.Walk`): bindings, calls and module
+    aliases.
 
     Each name, attribute and call gets an order (visit order), its enclosing
     blocks and its scope, so that `Facts` can tell which assignments reach
@@ -107,7 +111,6 @@ class _Syntax(cst.CSTVisitor):
     """
 
     def __init__(self) -> None:
-        super().__init__()
         self.assigned: Dict[Binding, List[_Assignment]] = {}
         self.calls: List[cst.Call] = []
         # id(call) -> the bindings of the assignment it is in, if any.
@@ -384,11 +387,15 @@ class _Syntax(cst.CSTVisitor):
         self._store(node.target)
 
 
-def collect(module: cst.Module) -> _Syntax:
-    """The syntax facts of `module` (no metadata needed)."""
+def collect(module: cst.Module, wanted: Callable[[str], bool] = (
+        lambda name: False)) -> Tuple[_Syntax, Set[int]]:
+    """The syntax facts of `module` (no metadata needed), and the ids of
+    its nodes that hold a `Name` `wanted` accepts or an import
+    (`Walk.marked`)."""
     syntax = _Syntax()
-    module.visit(syntax)
-    return syntax
+    walk = Walk(syntax, wanted, (cst.Import, cst.ImportFrom, cst.Module))
+    walk.walk(module)
+    return syntax, walk.marked
 
 
 class Facts(CompileScalingFacts):
@@ -399,9 +406,12 @@ class Facts(CompileScalingFacts):
       name_of: the qualified name an original node refers to, if imported.
     """
 
-    def __init__(self, syntax: _Syntax, name_of: NameOf) -> None:
+    def __init__(self, syntax: _Syntax, name_of: NameOf,
+                 run: Run = ALONE) -> None:
         self._syntax = syntax
         self._name_of = name_of
+        self.run = run
+        self.scaling_elsewhere = False
         self._scaling: Optional[CompileScaling] = None
         self.scaling_sources: Set[int] = set()  # ids of Policy calls set
         self.imports_needed: Set[str] = set()
@@ -607,8 +617,12 @@ class Facts(CompileScalingFacts):
         return id(call) in self._syntax.conditional
 
     def sets_legacy_policy(self) -> bool:
-        """True if the module sets a TF 2.1-2.3 (experimental) policy."""
-        return self._sets_legacy_policy()
+        """True if the module sets a TF 2.1-2.3 (experimental) policy, or
+        its compile is governed by such a policy of another module."""
+        if self._sets_legacy_policy():
+            return True
+        self.compile_scaling()
+        return self.scaling_elsewhere and self.run.legacy
 
     def _sets_legacy_policy(self) -> bool:
         if self._legacy_policy is None:
