@@ -64,6 +64,15 @@ def _legacy_keras() -> bool:
         "TF_USE_LEGACY_KERAS", "").lower() in ("1", "true")
 
 
+def _keras_is_aliased() -> bool:
+    """Whether the program bound the name `keras` to another package (as
+    `sys.modules["keras"] = tf_keras`, which TensorFlowASR needs): Keras 3
+    cannot be imported by its name then, and no Keras 3 optimizer exists to
+    wrap, so its flavour is not loaded."""
+    bound = _sys.modules.get("keras")
+    return bound is not None and getattr(bound, "__name__", "keras") != "keras"
+
+
 def _load() -> None:
     """Imports the public names and wires the flavours."""
     optimizer = _importlib.import_module("tf_lossscale.optimizer")
@@ -78,8 +87,9 @@ def _load() -> None:
     for package, modules in _FLAVOURS.items():
         for module in modules:
             optimizer.add_flavour_loader(package, module)
-    for module in _FLAVOURS["keras"]:  # Keras 3 is always installed.
-        _importlib.import_module(module)
+    if not _keras_is_aliased():  # Keras 3 is always installed.
+        for module in _FLAVOURS["keras"]:
+            _importlib.import_module(module)
     if _legacy_keras():  # tf_keras in use: register its classes too.
         for module in _FLAVOURS["tf_keras"]:
             _importlib.import_module(module)
