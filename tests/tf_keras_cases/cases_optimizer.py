@@ -679,3 +679,31 @@ def test_a_tf_2_3_config_with_multiplier_4_raises_value_error():
                     tf_lossscale.experimental.LossScaleOptimizer):
             with pytest.raises(ValueError, match="multiplier"):
                 cls.from_config(copy.deepcopy(config))
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_summed_gradients_of_one_replica_reuse_the_unscaled_verdict(
+        monkeypatch, family):
+    """tf_keras sums a replica's gradients with an IdentityN before the
+    step: with one replica the step reuses get_unscaled_gradients' verdict
+    (no second check); a NaN step is still skipped, a finite one applied."""
+    from tf_lossscale import finite
+    checks = []
+    real = finite.check  # What a step calls to check unscaled gradients.
+    monkeypatch.setattr(finite, "check",
+                        lambda g, mode: checks.append(1) or real(g, mode))
+    var = tf.Variable([1.0, 2.0])
+    opt = _lso(FAMILIES[family].SGD(0.25), initial_scale=1024.0)
+
+    @tf.function
+    def step(poison):
+        loss = lambda: tf.reduce_sum(var * var) * tf.where(  # noqa: E731
+            poison, np.nan, 1.0)
+        opt.minimize(loss, [var])
+
+    step(tf.constant(False))
+    np.testing.assert_array_equal(var.numpy(), [0.5, 1.0])
+    step(tf.constant(True))
+    np.testing.assert_array_equal(var.numpy(), [0.5, 1.0])
+    assert (float(opt.loss_scale), int(opt.dynamic_counter)) == (512.0, 0)
+    assert checks == []
