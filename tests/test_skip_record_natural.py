@@ -415,6 +415,32 @@ def test_the_deep_look_under_fit_changes_nothing(jit_compile):
     assert "train_step" not in vars(models[0])
 
 
+def test_a_fit_that_fails_with_the_deep_look_on_leaves_the_model_as_it_was():
+    """`max_consecutive_skips=1` fails `fit` in its first skipped step
+    (no `on_train_end`): the kept batch's wrapper is gone all the same,
+    and the next `fit` trains through the model's own train step."""
+    x, y = nf.data(nan_row=20, rows=4 * nf.BATCH)
+    model = nf.dropout_mlp(keras)
+    opt = tf_lossscale.LossScaleOptimizer(
+        keras.optimizers.SGD(1e-3), initial_scale=2.0**10,
+        max_consecutive_skips=1)
+    model.compile(optimizer=opt, loss="mse")
+    model.make_train_function()
+    own_function = model.train_function
+    monitor = tf_lossscale.LossScaleMonitor(report=False, deep_look=True)
+    # Inside fit's graph the stop surfaces as SkipStreakError's base class.
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="SkipStreakError: 1 steps in a row"):
+        model.fit(x, y, batch_size=nf.BATCH, epochs=1, shuffle=False,
+                  verbose=0, callbacks=[monitor])
+    assert "train_step" not in vars(model)
+    assert model.train_function is own_function
+    clean_x, clean_y = nf.data(rows=2 * nf.BATCH)
+    history = model.fit(clean_x, clean_y, batch_size=nf.BATCH, verbose=0)
+    assert set(history.history) == {"loss"}
+    assert int(opt.iterations) == 4
+
+
 @pytest.mark.parametrize("mode", ["eager", "graph", "jit_compile"])
 def test_a_conv_net_in_a_custom_loop_names_c3_or_says_variable_order(mode):
     """The conv net's overflow in a custom loop (`scale_loss` and

@@ -231,7 +231,15 @@ class KeptBatch:
         inner = rebuilt if callable(rebuilt) else model.train_function
 
         def train_function(iterator: Any) -> Any:
-            logs = inner(iterator)
+            try:
+                logs = inner(iterator)
+            except (StopIteration, tf.errors.OutOfRangeError):
+                raise  # The end of an epoch: `fit` goes on.
+            except BaseException:
+                # `fit` ends here without `on_train_end` (a SkipStreakError,
+                # an interrupt): leave the model as it was.
+                self.uninstall()
+                raise
             if isinstance(logs, dict) and _BATCH_KEY in logs:
                 logs = dict(logs)
                 self.batch = logs.pop(_BATCH_KEY)
