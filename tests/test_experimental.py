@@ -212,3 +212,31 @@ def test_other_loss_scale_class_error_has_tf_2_4_wording():
         "type _OtherLossScale")
     assert "'dynamic', a number, a FixedLossScale or a DynamicLossScale" in (
         message)
+
+
+def test_get_gradients_unscales_what_it_differentiates_as_tf_2_3_did():
+    """TF 2.1-2.3's `get_gradients(loss, params)` (OpenNMT-tf called it):
+    symbolic, the loss scaled, the gradients unscaled; Keras 3 optimizers
+    have none of their own, so `tf.gradients` differentiates."""
+    opt = _experimental(keras.optimizers.SGD(1.0), loss_scale=1024)
+    v = tf.Variable([1.0, 2.0])
+    w = tf.Variable(3.0)
+    unused = tf.Variable(1.0, name="unused")
+
+    @tf.function
+    def both():
+        return opt.get_gradients(tf.reduce_sum(v * v) * w, [v, w])
+
+    dv, dw = both()
+    np.testing.assert_array_equal(dv, [6.0, 12.0])  # 2 v w
+    assert float(dw) == 5.0  # sum(v * v)
+
+    @tf.function
+    def one_without_gradient():
+        return opt.get_gradients(tf.reduce_sum(v), [v, unused])
+
+    with pytest.raises(ValueError, match="'unused:0' has no gradient"):
+        one_without_gradient()
+    with pytest.raises(RuntimeError, match="GradientTape"):
+        opt.get_gradients(tf.reduce_sum(v), [v])  # eagerly, as TF's
+    assert float(opt.loss_scale) == 1024.0 and int(opt.iterations) == 0

@@ -13,7 +13,9 @@ arguments. Use `tf_lossscale.LossScaleOptimizer` in new code.
 from __future__ import annotations
 
 import warnings
-from typing import Any, ClassVar, Dict, Optional, Tuple
+from typing import Any, ClassVar, Dict, List, Optional, Tuple
+
+import tensorflow as tf
 
 from tf_lossscale import config_conversion, state_machine
 from tf_lossscale import optimizer as optimizer_lib
@@ -50,6 +52,34 @@ class LossScaleOptimizer(optimizer_lib.LossScaleOptimizer):
                       stacklevel=2)
         # The flavour's constructor (next in the twin's MRO).
         super().__init__(optimizer, name=name, **args)
+
+    def get_gradients(self, loss: Any, params: Any) -> List[Any]:
+        """The unscaled gradients of `loss` for `params`, as TF 2.1-2.3's
+        class gave them: the loss scaled, differentiated, the gradients
+        unscaled.
+
+        Symbolic, as it was: inside a `tf.function` or a TF1 graph
+        (eagerly TensorFlow raises RuntimeError and asks for a
+        `GradientTape`). The inner optimizer differentiates where it can
+        (tf_keras' legacy optimizers, which also clip); otherwise
+        `tf.gradients` does.
+
+        Raises:
+          ValueError: a parameter gets no gradient from `loss`.
+        """
+        scaled = self.get_scaled_loss(loss)
+        inner_get = getattr(self.inner_optimizer, "get_gradients", None)
+        if inner_get is not None:
+            return self.get_unscaled_gradients(inner_get(scaled, params))
+        params = tf.nest.flatten(params)
+        grads = tf.gradients(scaled, params)
+        for grad, param in zip(grads, params):
+            if grad is None:
+                raise ValueError(
+                    f"Variable {param.name!r} has no gradient from the loss "
+                    "passed to get_gradients: every parameter must be "
+                    "reached by differentiable ops from it.")
+        return self.get_unscaled_gradients(grads)
 
     @classmethod
     def _from_current_args(cls, inner_optimizer: Any,

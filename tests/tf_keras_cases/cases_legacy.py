@@ -1195,3 +1195,28 @@ def test_the_inner_apply_gradients_gets_plain_tensors_in_a_tf1_graph(
     assert results[0] == results[1]
     # Once per replica; the gradient 2 of each replica, summed: 5 - 1 * 4.
     assert results[0] == (2, [[1.0], [1.0]], [1, 1])
+
+
+@pytest.mark.parametrize("family", ["legacy", "current"])
+def test_experimental_get_gradients_equals_the_original_s(family):
+    """TF 2.1-2.3's `get_gradients(loss, params)` on the experimental
+    class, for both tf_keras optimizer families, against tf_keras' own
+    wrapper of a legacy optimizer at the same fixed scale."""
+    inner = (LEGACY.SGD(1.0) if family == "legacy"
+             else tf_keras.optimizers.SGD(1.0))
+    with pytest.warns(DeprecationWarning):
+        ours = tf_lossscale.experimental.LossScaleOptimizer(inner, 1024)
+    original = tf_keras.mixed_precision.LossScaleOptimizer(
+        LEGACY.SGD(1.0), dynamic=False, initial_scale=1024)
+    v = tf.Variable([1.0, 2.0])
+    w = tf.Variable(3.0)
+
+    @tf.function
+    def gradients(opt):
+        return opt.get_gradients(tf.reduce_sum(v * v) * w, [v, w])
+
+    mine, theirs = gradients(ours), gradients(original)
+    for a, b in zip(mine, theirs):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(mine[0], [6.0, 12.0])
+    assert float(mine[1]) == 5.0
