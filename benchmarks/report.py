@@ -85,7 +85,7 @@ def report(k3: Optional[dict], tk: Optional[dict], mode: str,
         "are compared with its plain tf_keras step and its own "
         "LossScaleOptimizer.",
     ]
-    if mode == "short":
+    if mode in ("short", "targets"):
         return "\n".join(lines + short_report(k3, tk, desc)) + "\n"
     if any(w in (r or {}) for w in "abcdg" for r in (k3, tk)):
         lines += non_xla_report(k3, tk, desc)

@@ -1,9 +1,10 @@
 """The benchmark suite: tf_lossscale against Keras' own LossScaleOptimizer.
 
-    python benchmarks/run.py [--quick | --full] [--xla] [--json PATH]
-    python -m tf_lossscale bench [--quick | --full] ...   # the same
+    python benchmarks/run.py [--targets | --quick | --full] [--xla] ...
+    python -m tf_lossscale bench [--targets | --quick | --full] ...  # same
 
-Without a preset flag it runs the short preset (a few minutes; `PRESETS`).
+Without a preset flag it runs the short preset (`tf_lossscale.bench.PRESETS`
+says what each runs and how long it takes).
 
 Starts one worker process for Keras 3 and then one for tf_keras (which must
 be chosen before TensorFlow is imported), never both at once, and prints a
@@ -66,6 +67,8 @@ def run_worker(keras: str, mode: str, workloads: str,
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     preset = parser.add_mutually_exclusive_group()
+    preset.add_argument("--targets", action="store_true",
+                        help=PRESETS["targets"])
     preset.add_argument("--quick", action="store_true",
                         help=PRESETS["quick"])
     preset.add_argument("--full", action="store_true", help=PRESETS["full"])
@@ -83,7 +86,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="also time ours without the skip record (the "
                         "step before issue 22) in every workload")
     args = parser.parse_args(argv)
-    mode = args.mode or ("quick" if args.quick else
+    mode = args.mode or ("targets" if args.targets else
+                         "quick" if args.quick else
                          "full" if args.full else "short")
     if args.workloads is None:
         args.workloads = common.MODES[mode].workloads

@@ -218,8 +218,10 @@ def test_bench_help_says_what_it_measures_how_long_and_where():
     text = " ".join(result.stdout.split())
     for part in ("compile + train_on_batch", "GradientTape loop",
                  "get_unscaled_gradients and its finite check",
-                 "short (default) fit (40 x Dense(512)", "about 5 minutes",
-                 "--quick every workload", "about 23 minutes",
+                 "short (default) fit (40 x Dense(512)", "about 7 minutes",
+                 "--targets what a change to the step is checked against",
+                 "about 18 minutes", "--quick every workload",
+                 "about 23 minutes",
                  "--full every workload and target at full size",
                  "needs a source checkout"):
         assert part in text, part
@@ -233,7 +235,7 @@ def test_bench_presets_exclude_each_other_and_a_bad_preset_is_refused():
     assert "not allowed with argument" in result.stderr
     from tf_lossscale import bench
     with pytest.raises(ValueError, match="preset must be one of short, "
-                       "quick, full; got 'fast'"):
+                       "targets, quick, full; got 'fast'"):
         bench.run("fast")
 
 

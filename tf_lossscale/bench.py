@@ -18,14 +18,16 @@ __all__ = ["PRESETS", "find_suite", "run"]
 #: The presets, shortest first: what each runs and how long it takes on two
 #: CPU cores (the help of `bench` prints these).
 PRESETS = {
-    "short": "fit (40 x Dense(512), SGD and Adam) without and with XLA, the "
-             "documented custom-loop flow at 1500 variables and "
-             "check+unscale of 33M floats, each with its target: about 5 "
-             "minutes",
+    "short": "fit (40 x Dense(512), SGD and Adam) without and with XLA, "
+             "against Keras' own LossScaleOptimizer: about 7 minutes",
+    "targets": "what a change to the step is checked against before it "
+               "lands: fit without and with XLA, the documented custom-loop "
+               "flow at 1500 variables and check+unscale of 33M floats, "
+               "each with its target: about 18 minutes",
     "quick": "every workload and target on smaller models, fewer steps "
-             "(adds the Keras 3 flow of the loop, the loop under XLA, "
-             "small tensors, XLA fusion counts and a transformer with "
-             "Dropout): about 23 minutes",
+             "(adds Keras 3's flow of the loop, the loop under XLA, small "
+             "tensors, XLA fusion counts and a transformer with Dropout): "
+             "about 23 minutes",
     "full": "every workload and target at full size (the loop at 1500 "
             "variables, 60 to 80 steps a row): the longest run, several "
             "times the quick one",
@@ -44,11 +46,11 @@ def run(preset: str = "short", json_path: Optional[str] = None,
     """Runs the suite; prints its markdown report. Returns the exit code.
 
     Args:
-      preset: `short` (the default: fit without and with XLA, the
-        documented custom-loop flow at 1500 variables and the big
-        check+unscale, with their targets; a few minutes on two cores),
-        `quick` (every workload and target, smaller: about 23 minutes) or
-        `full` (every workload at full size: the longest run).
+      preset: a key of `PRESETS`: `short` (the default: fit without and
+        with XLA against Keras' own, a few minutes on two cores),
+        `targets` (what a change to the step is checked against), `quick`
+        (every workload and target, smaller) or `full` (every workload at
+        full size: the longest run).
       json_path: if given, every number is also written there as JSON.
       xla: only the preset's rows compiled with XLA (`jit_compile=True`,
         Keras 3's default for `fit` on a GPU).

@@ -149,6 +149,7 @@ first-call seconds) and the targets each row is held to. The workloads:
 
 presets (times on two CPU cores):
   short (default)  {short}
+  --targets        {targets}
   --quick          {quick}
   --full           {full}
 
@@ -193,9 +194,11 @@ def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
         description=_bench_description(),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     preset = bench.add_mutually_exclusive_group()
+    preset.add_argument("--targets", dest="preset", action="store_const",
+                        const="targets", default="short",
+                        help="the targets preset (above)")
     preset.add_argument("--quick", dest="preset", action="store_const",
-                        const="quick", default="short",
-                        help="the quick preset (above)")
+                        const="quick", help="the quick preset (above)")
     preset.add_argument("--full", dest="preset", action="store_const",
                         const="full", help="the full preset (above)")
     bench.add_argument("--xla", action="store_true",
