@@ -289,7 +289,7 @@ def test_the_deep_look_under_fit_names_the_cast_into_l11_backward(
 # is read, and its value when the model is built (before any draw); what
 # the optimizer's variables are (tf_keras: a method); and the op the deep
 # look finds first at a NaN in the input batch (the float16 cast of the
-# input).
+# input, and the layer tf_keras names with it).
 DROPOUT_ARGUMENTS: Dict[str, Dict[str, Any]] = {
     "keras3": {}, "tf_keras": {"force_generator": True}}
 SEED_STATE: Dict[str, Callable[[Any], Any]] = {
@@ -299,7 +299,8 @@ SEED_AT_START = {"keras3": [3, 0], "tf_keras": [3, 0, 0]}
 OPTIMIZER_VARIABLES: Dict[str, Callable[[Any], Any]] = {
     "keras3": lambda opt: opt.variables,
     "tf_keras": lambda opt: opt.variables()}
-CAST_OF_THE_INPUT = {"keras3": "net/Cast", "tf_keras": "net/l0/Cast"}
+CAST_OF_THE_INPUT = {"keras3": "net/Cast in the forward pass",
+                     "tf_keras": "net/l0/Cast in the forward pass, layer l0"}
 
 
 def _state(flavour: Flavour, model: Any, opt: Any) -> Tuple[Any, ...]:
@@ -352,8 +353,8 @@ def test_the_deep_look_under_fit_changes_nothing(flavour, jit_compile):
             if line.startswith("deep look")]
     assert [deep_look_line(flavour, line) for line in deep] == [
         f"deep look at step {step}: first NaN/Inf: Cast (float16) "
-        f"{CAST_OF_THE_INPUT[flavour.name]} in the forward pass, fed by the "
-        "input batch" for step in (1, 5)]
+        f"{CAST_OF_THE_INPUT[flavour.name]}, fed by the "
+        "input batch" for step in (1, 5)], deep
     assert not [line for line in monitors[1].lines
                 if line.startswith("deep look")]
 
