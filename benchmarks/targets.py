@@ -13,7 +13,7 @@ benchmarks/README.md states each target and why.
 
 from __future__ import annotations
 
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
 from estimates import (
     FLAVOURS,
@@ -74,6 +74,17 @@ def _overlap(own: Sequence[float], other: Sequence[float]
     return min(own) <= max(other) and min(other) <= max(own)
 
 
+def _fit_rows(k3: Optional[dict], tk: Optional[dict], original: str,
+              p: str) -> Iterator[Tuple[str, Rows, Sequence[str]]]:
+    """(a)'s rows per optimizer that has every row its targets need (ours,
+    the original, the barrier, plain), and those rows' names."""
+    needs = (p + "ours", original, p + "barrier", p + "plain")
+    for opt in ("SGD", "Adam"):
+        rows = merged_rows(k3, tk, "a", opt)
+        if all(r in rows for r in needs):
+            yield opt, rows, needs
+
+
 def targets(k3: Optional[dict], tk: Optional[dict]) -> List[dict]:
     """Issue 15's targets, each flavour against its own original."""
     out: List[dict] = []
@@ -84,12 +95,7 @@ def targets(k3: Optional[dict], tk: Optional[dict]) -> List[dict]:
             continue
         # (a) fit with SGD and Adam: at most the original's overhead and at
         # most the barrier plus a quarter of what the original adds to it.
-        for opt in ("SGD", "Adam"):
-            rows = merged_rows(k3, tk, "a", opt)
-            needs: Sequence[str] = (p + "ours", original, p + "barrier",
-                                    p + "plain")
-            if not all(r in rows for r in needs):
-                continue
+        for opt, rows, needs in _fit_rows(k3, tk, original, p):
 
             def bound_a(o, k, br, pl):
                 k, br = k / pl - 1, br / pl - 1
@@ -239,12 +245,7 @@ def short_targets(k3: Optional[dict], tk: Optional[dict]) -> List[dict]:
     """
     out: List[dict] = []
     for flavour, original, p in FLAVOURS:
-        for opt in ("SGD", "Adam"):
-            rows = merged_rows(k3, tk, "a", opt)
-            needs: Sequence[str] = (p + "ours", original, p + "barrier",
-                                    p + "plain")
-            if not all(r in rows for r in needs):
-                continue
+        for opt, rows, needs in _fit_rows(k3, tk, original, p):
             name = f"(a) {flavour}, {opt}"
             out.append(_target(
                 f"{name}: ours <= original", rows, needs,
