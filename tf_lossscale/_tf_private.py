@@ -1,10 +1,12 @@
-"""The few TensorFlow, Keras 3 and tf_keras internals this package relies
-on, in one place: no other module names a private framework name, except
-the protocol methods a framework calls on our classes (tf_keras'
-`_create_or_restore_slot_variable`, `_aggregate_gradients`, the Trackable
-`_trackable_children`), which must keep the framework's names.
-`tests/test_tf_private.py` checks that each one still exists and names the
-framework version when one is gone.
+"""The few TensorFlow, Keras 3, tf_keras and libcst internals this package
+relies on, in one place, a section per framework: no other module imports a
+private framework module or reads a private name of a framework object.
+Other modules may only define the protocol methods a framework calls on
+our classes (tf_keras' `_create_or_restore_slot_variable`, the Trackable
+`_trackable_children`), which must keep the framework's names; where such a
+method forwards to the inner optimizer, it calls the accessor here.
+`tests/test_tf_private.py` checks both rules, and that each name still
+exists, naming the framework version when one is gone.
 
 `tf.train.Checkpoint` names a child by what an object's
 `_trackable_children` returns. To write the same checkpoint keys as
@@ -25,19 +27,42 @@ from tensorflow.python.platform import tf_logging as _tf_logging
 
 Trackable = tf.__internal__.tracking.Trackable
 
-__all__ = ["DelegatingTrackableMixin", "Trackable", "in_xla_context",
-           "is_wrapped_by_loss_scale_optimizer",
-           "keras_check_variables_are_known", "keras_iterations_variable",
-           "mark_wrapped_by_loss_scale_optimizer",
-           "no_automatic_dependency_tracking",
-           "keras_gradients_already_summed", "in_xla_context",
-           "keras_saveable", "xla_opaque",
-           "run_cond_as_one_call", "strategy_supports_no_merge_call",
-           "tf1_control_flow", "track_child", "tf_logging_warning",
-           "is_reference_variable", "keras_trainable_variables",
-           "mixed_precision_graph_rewrite_state",
-           "tf_keras_aggregate_gradients",
-           "tf_keras_loss_scale_optimizer_bases"]
+__all__ = [
+    "DelegatingTrackableMixin",
+    "Trackable",
+    "in_xla_context",
+    "is_reference_variable",
+    "is_wrapped_by_loss_scale_optimizer",
+    "keras_check_variables_are_known",
+    "keras_gradients_already_summed",
+    "keras_iterations_variable",
+    "keras_model_loss",
+    "keras_saveable",
+    "keras_trainable_variables",
+    "libcst_visit_children",
+    "mark_wrapped_by_loss_scale_optimizer",
+    "mixed_precision_graph_rewrite_state",
+    "no_automatic_dependency_tracking",
+    "run_cond_as_one_call",
+    "strategy_supports_no_merge_call",
+    "tf1_control_flow",
+    "tf_keras_aggregate_gradients",
+    "tf_keras_compute_gradients",
+    "tf_keras_create_all_weights",
+    "tf_keras_create_or_restore_slot_variable",
+    "tf_keras_get_hyper",
+    "tf_keras_hyperparameters",
+    "tf_keras_loss_scale_optimizer_bases",
+    "tf_keras_restore_slot_variable",
+    "tf_keras_set_hyper",
+    "tf_keras_sum_gradients",
+    "tf_logging_warning",
+    "track_child",
+    "xla_opaque",
+]
+
+
+# --- TensorFlow -------------------------------------------------------------
 
 # The tf_keras LossScaleOptimizer is, to a checkpoint, its inner optimizer
 # plus a `loss_scale` child: it delegates the whole trackable protocol to the
@@ -45,6 +70,7 @@ __all__ = ["DelegatingTrackableMixin", "Trackable", "in_xla_context",
 # does the same so that checkpoints interchange with tf_keras' and with the
 # bare inner optimizer. No public spelling.
 DelegatingTrackableMixin = tf.__internal__.tracking.DelegatingTrackableMixin
+
 
 # Keeps attribute assignment in a method from adding checkpoint
 # dependencies: on a delegating object they would land on the inner
@@ -101,18 +127,6 @@ def xla_opaque(value: tf.Tensor) -> tf.Tensor:
     return value if barrier is None else barrier([value])[0]
 
 
-def keras_iterations_variable(optimizer):
-    """The variable in which a Keras 3 optimizer counts its `apply` calls.
-
-    `optimizer.iterations` is that variable, except with
-    `gradient_accumulation_steps`, where it is a tensor derived from it. A
-    skipped loss-scaled step must advance the variable itself, as `apply`
-    does for an applied one. Keras keeps it as `_iterations`, with no public
-    spelling.
-    """
-    return optimizer._iterations
-
-
 def track_child(parent, child, name: str) -> None:
     """Makes `child` the checkpoint dependency `name` of `parent`.
 
@@ -122,34 +136,6 @@ def track_child(parent, child, name: str) -> None:
     spelling.
     """
     parent._track_trackable(child, name=name)
-
-
-# tf_keras marks an optimizer that a LossScaleOptimizer wraps with this
-# attribute and refuses to wrap it again; ours reads and writes the same mark,
-# so neither wraps an optimizer the other already wraps.
-_WRAPPED_MARK = "_is_wrapped_by_loss_scale_optimizer"
-
-
-def is_wrapped_by_loss_scale_optimizer(optimizer) -> bool:
-    """Whether a tf_keras LossScaleOptimizer (ours or tf_keras') wraps it."""
-    return bool(getattr(optimizer, _WRAPPED_MARK, False))
-
-
-def mark_wrapped_by_loss_scale_optimizer(optimizer) -> None:
-    """Marks `optimizer` as wrapped, as tf_keras' LossScaleOptimizer does."""
-    setattr(optimizer, _WRAPPED_MARK, True)
-
-
-def keras_check_variables_are_known(optimizer, variables) -> None:
-    """Raises `ValueError` if a Keras 3 optimizer was not built on `variables`.
-
-    The Keras `LossScaleOptimizer` checks this before its step changes any
-    state (an eager step would otherwise have moved the loss scale before
-    the inner optimizer raised). Keras' own check (`_check_variables_are_
-    known`) knows how to key distributed and Keras variables; it has no
-    public spelling.
-    """
-    optimizer._check_variables_are_known(variables)
 
 
 def tf_logging_warning(message: str) -> None:
@@ -192,6 +178,69 @@ def run_cond_as_one_call(cond_output: tf.Tensor) -> bool:
     return False
 
 
+@contextlib.contextmanager
+def tf1_control_flow() -> Iterator[None]:
+    """Builds `tf.cond`s in a TF1 graph as TF1's Switch/Merge while open.
+
+    In a TF2 process a `tf.cond` in a `tf.compat.v1.Graph` is a functional
+    `If`, whose branches cannot capture a reference variable
+    (`use_resource=False`, dtype float32_ref): the update op fails to build.
+    TF1's control flow takes them. The switch is TensorFlow's module-level
+    flag (`control_flow_util.ENABLE_CONTROL_FLOW_V2`, no public spelling
+    but `tf.compat.v1.disable_control_flow_v2`, which is global); it is
+    restored on exit. Inside a `tf.function` the flag is not read.
+    """
+    old = _control_flow_util.ENABLE_CONTROL_FLOW_V2
+    _control_flow_util.ENABLE_CONTROL_FLOW_V2 = False
+    try:
+        yield
+    finally:
+        _control_flow_util.ENABLE_CONTROL_FLOW_V2 = old
+
+
+def is_reference_variable(variable: Any) -> bool:
+    """Whether `variable` is a TF1 reference variable (dtype float32_ref)."""
+    dtype = getattr(variable, "dtype", None)
+    return bool(getattr(dtype, "_is_ref_dtype", False))
+
+
+def mixed_precision_graph_rewrite_state() -> Any:
+    """TensorFlow's module of the graph rewrite's global flags: a TF1
+    Session given its own ConfigProto turns the rewrite on only when its
+    flag is set, as TensorFlow's `enable_mixed_precision_graph_rewrite` set
+    it."""
+    from tensorflow.python.training.experimental import (
+        mixed_precision_global_state,
+    )
+    return mixed_precision_global_state
+
+
+# --- Keras 3 ----------------------------------------------------------------
+
+def keras_iterations_variable(optimizer):
+    """The variable in which a Keras 3 optimizer counts its `apply` calls.
+
+    `optimizer.iterations` is that variable, except with
+    `gradient_accumulation_steps`, where it is a tensor derived from it. A
+    skipped loss-scaled step must advance the variable itself, as `apply`
+    does for an applied one. Keras keeps it as `_iterations`, with no public
+    spelling.
+    """
+    return optimizer._iterations
+
+
+def keras_check_variables_are_known(optimizer, variables) -> None:
+    """Raises `ValueError` if a Keras 3 optimizer was not built on `variables`.
+
+    The Keras `LossScaleOptimizer` checks this before its step changes any
+    state (an eager step would otherwise have moved the loss scale before
+    the inner optimizer raised). Keras' own check (`_check_variables_are_
+    known`) knows how to key distributed and Keras variables; it has no
+    public spelling.
+    """
+    optimizer._check_variables_are_known(variables)
+
+
 _SUMMED_LOCK = threading.Lock()
 _SUMMED_DEPTH: Dict[int, int] = {}
 
@@ -223,26 +272,6 @@ def keras_gradients_already_summed(optimizer: Any) -> Iterator[None]:
                 del optimizer._all_reduce_sum_gradients
 
 
-@contextlib.contextmanager
-def tf1_control_flow() -> Iterator[None]:
-    """Builds `tf.cond`s in a TF1 graph as TF1's Switch/Merge while open.
-
-    In a TF2 process a `tf.cond` in a `tf.compat.v1.Graph` is a functional
-    `If`, whose branches cannot capture a reference variable
-    (`use_resource=False`, dtype float32_ref): the update op fails to build.
-    TF1's control flow takes them. The switch is TensorFlow's module-level
-    flag (`control_flow_util.ENABLE_CONTROL_FLOW_V2`, no public spelling
-    but `tf.compat.v1.disable_control_flow_v2`, which is global); it is
-    restored on exit. Inside a `tf.function` the flag is not read.
-    """
-    old = _control_flow_util.ENABLE_CONTROL_FLOW_V2
-    _control_flow_util.ENABLE_CONTROL_FLOW_V2 = False
-    try:
-        yield
-    finally:
-        _control_flow_util.ENABLE_CONTROL_FLOW_V2 = old
-
-
 def keras_saveable() -> type:
     """Keras 3's base of the objects a `.keras` file saves (imported when
     called: this module imports no Keras).
@@ -254,7 +283,42 @@ def keras_saveable() -> type:
     return KerasSaveable
 
 
-# --- tf_keras (imported when called: tf_keras is optional) ----------------
+def keras_trainable_variables(optimizer: Any) -> Any:
+    """The variables a built Keras 3 optimizer was built with (what its
+    `apply(grads)` pairs gradients with when given none)."""
+    return optimizer._trainable_variables
+
+
+def keras_model_loss(model: Any, x: Any, y: Any, y_pred: Any,
+                     sample_weight: Any) -> Any:
+    """The loss `fit`'s train step computes for a batch of a Keras 3 or
+    tf_keras `model`. Keras 3's train step calls `_compute_loss`, which
+    also counts the losses that layers add, with no public spelling;
+    tf_keras' calls the public `compute_loss`."""
+    if hasattr(model, "_compute_loss"):  # Keras 3
+        return model._compute_loss(x=x, y=y, y_pred=y_pred,
+                                   sample_weight=sample_weight,
+                                   training=True)
+    return model.compute_loss(x, y, y_pred, sample_weight)
+
+
+# --- tf_keras (imported when called: tf_keras is optional) ------------------
+
+# tf_keras marks an optimizer that a LossScaleOptimizer wraps with this
+# attribute and refuses to wrap it again; ours reads and writes the same mark,
+# so neither wraps an optimizer the other already wraps.
+_WRAPPED_MARK = "_is_wrapped_by_loss_scale_optimizer"
+
+
+def is_wrapped_by_loss_scale_optimizer(optimizer) -> bool:
+    """Whether a tf_keras LossScaleOptimizer (ours or tf_keras') wraps it."""
+    return bool(getattr(optimizer, _WRAPPED_MARK, False))
+
+
+def mark_wrapped_by_loss_scale_optimizer(optimizer) -> None:
+    """Marks `optimizer` as wrapped, as tf_keras' LossScaleOptimizer does."""
+    setattr(optimizer, _WRAPPED_MARK, True)
+
 
 def tf_keras_loss_scale_optimizer_bases() -> "tuple[type, type]":
     """tf_keras' own wrapper classes `(LossScaleOptimizer, LossScaleOptimizerV3)`
@@ -276,28 +340,65 @@ def tf_keras_aggregate_gradients(optimizer: Any, pairs: Any) -> Any:
         optimizer._transform_unaggregated_gradients(pairs))
 
 
-# --- Keras 3 ----------------------------------------------------------------
+# OptimizerV2's protected protocol (tf_keras' legacy family). tf_keras'
+# wrapper forwards each of these to its inner optimizer, and so does the
+# legacy flavour (`tf_keras_legacy_delegation`): Keras, h5 loading and
+# checkpoint restores call them on the wrapper. None has a public spelling.
 
-def keras_trainable_variables(optimizer: Any) -> Any:
-    """The variables a built Keras 3 optimizer was built with (what its
-    `apply(grads)` pairs gradients with when given none)."""
-    return optimizer._trainable_variables
-
-
-# --- TensorFlow ---------------------------------------------------------------
-
-def is_reference_variable(variable: Any) -> bool:
-    """Whether `variable` is a TF1 reference variable (dtype float32_ref)."""
-    dtype = getattr(variable, "dtype", None)
-    return bool(getattr(dtype, "_is_ref_dtype", False))
+def tf_keras_hyperparameters(optimizer: Any) -> Dict[str, Any]:
+    """The hyperparameters an OptimizerV2 keeps (its `_hyper`), or {}."""
+    hyper = getattr(optimizer, "_hyper", None)
+    return hyper if isinstance(hyper, dict) else {}
 
 
-def mixed_precision_graph_rewrite_state() -> Any:
-    """TensorFlow's module of the graph rewrite's global flags: a TF1
-    Session given its own ConfigProto turns the rewrite on only when its
-    flag is set, as TensorFlow's `enable_mixed_precision_graph_rewrite` set
-    it."""
-    from tensorflow.python.training.experimental import (
-        mixed_precision_global_state,
-    )
-    return mixed_precision_global_state
+def tf_keras_get_hyper(optimizer: Any, name: str, dtype: Any = None) -> Any:
+    """OptimizerV2's read of hyperparameter `name` (a tensor of `dtype`
+    when given)."""
+    return optimizer._get_hyper(name, dtype)
+
+
+def tf_keras_set_hyper(optimizer: Any, name: str, value: Any) -> None:
+    """OptimizerV2's write of hyperparameter `name`."""
+    optimizer._set_hyper(name, value)
+
+
+def tf_keras_sum_gradients(optimizer: Any, pairs: Any) -> Any:
+    """OptimizerV2's sum of `(gradient, variable)` pairs across replicas."""
+    return optimizer._aggregate_gradients(pairs)
+
+
+def tf_keras_compute_gradients(optimizer: Any, loss: Any, var_list: Any,
+                               grad_loss: Any = None, tape: Any = None
+                               ) -> Any:
+    """OptimizerV2's gradients of `loss` (what `minimize` applies)."""
+    return optimizer._compute_gradients(loss, var_list, grad_loss, tape=tape)
+
+
+def tf_keras_create_all_weights(optimizer: Any, var_list: Any) -> None:
+    """OptimizerV2's creation of its slots and `iterations` (h5 loading)."""
+    optimizer._create_all_weights(var_list)
+
+
+def tf_keras_create_or_restore_slot_variable(
+        optimizer: Any, slot_variable_position: Any, slot_name: str,
+        variable: Any) -> Any:
+    """OptimizerV2's creation of a slot a checkpoint restore holds."""
+    return optimizer._create_or_restore_slot_variable(
+        slot_variable_position, slot_name, variable)
+
+
+def tf_keras_restore_slot_variable(optimizer: Any, slot_name: str,
+                                   variable: Any, slot_variable: Any) -> Any:
+    """OptimizerV2's restore of a slot created before its value came."""
+    return optimizer._restore_slot_variable(slot_name, variable,
+                                            slot_variable)
+
+
+# --- libcst -----------------------------------------------------------------
+
+def libcst_visit_children(node: Any, visitor: Any) -> Any:
+    """`node` with each child visited by `visitor` (and replaced by what
+    the visit returns), without visiting `node` itself: how libcst's own
+    `visit` walks on, which `compat/rewrite/walk.py` uses to enter only
+    the nodes a rule needs. No public spelling."""
+    return node._visit_and_replace_children(visitor)

@@ -32,6 +32,8 @@ from typing import Any, Callable, Dict, Optional, Sequence
 
 import tensorflow as tf
 
+from tf_lossscale import _tf_private
+
 __all__ = ["KeptBatch", "NonFiniteOp", "first_nonfinite_op", "replay_batch"]
 
 # The key under which the wrapped train step hands its batch back.
@@ -179,10 +181,7 @@ def replay_batch(model: Any, batch: Any, scale: float
     def loss_fn(data: Any) -> Any:
         x, y, weight = keras_module.utils.unpack_x_y_sample_weight(data)
         y_pred = model(x, training=True)
-        if hasattr(model, "_compute_loss"):  # Keras 3
-            return model._compute_loss(x=x, y=y, y_pred=y_pred,
-                                       sample_weight=weight, training=True)
-        return model.compute_loss(x, y, y_pred, weight)
+        return _tf_private.keras_model_loss(model, x, y, y_pred, weight)
 
     found = first_nonfinite_op(loss_fn, model.trainable_variables, scale,
                                inputs=batch)

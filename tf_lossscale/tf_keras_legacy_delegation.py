@@ -27,6 +27,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import tensorflow as tf
 
+from tf_lossscale import _tf_private
 from tf_lossscale.inner_attribute import InnerAttribute
 
 __all__ = [
@@ -55,13 +56,14 @@ class OptimizerV2Delegation:
 
     def _inner_hyper(self) -> Dict[str, Any]:
         inner = self.__dict__.get("inner_optimizer")
-        hyper = getattr(inner, "_hyper", None) if inner is not None else None
-        return hyper if isinstance(hyper, dict) else {}
+        if inner is None:
+            return {}
+        return _tf_private.tf_keras_hyperparameters(inner)
 
     def __getattr__(self, name: str) -> Any:
         # Reached only when the wrapper has no attribute `name`.
         if not name.startswith("__") and name in self._inner_hyper():
-            return self.inner_optimizer._get_hyper(name)
+            return _tf_private.tf_keras_get_hyper(self.inner_optimizer, name)
         raise AttributeError(
             f"'{type(self).__name__}' object has no attribute '{name}'")
 
@@ -70,7 +72,7 @@ class OptimizerV2Delegation:
             name = "learning_rate"
         if (name in self._inner_hyper() and not hasattr(type(self), name)
                 and name not in self.__dict__):
-            self.inner_optimizer._set_hyper(name, value)
+            _tf_private.tf_keras_set_hyper(self.inner_optimizer, name, value)
             return
         # Not the bases' `__setattr__`: OptimizerV2's and tf_keras' wrapper's
         # apply their own hyperparameter rules (the one above is theirs) to
@@ -82,10 +84,11 @@ class OptimizerV2Delegation:
         return sorted(names)
 
     def _set_hyper(self, name: str, value: Any) -> None:
-        self.inner_optimizer._set_hyper(name, value)
+        _tf_private.tf_keras_set_hyper(self.inner_optimizer, name, value)
 
     def _get_hyper(self, name: str, dtype: Any = None) -> Any:
-        return self.inner_optimizer._get_hyper(name, dtype)
+        return _tf_private.tf_keras_get_hyper(self.inner_optimizer, name,
+                                              dtype)
 
     @property
     def learning_rate(self) -> Any:
@@ -175,26 +178,28 @@ class OptimizerV2Delegation:
                                              shape=shape)
 
     # OptimizerV2's protocol with Keras and checkpoints (no public
-    # spelling), delegated as tf_keras' wrapper delegates it: h5 loading
-    # creates the weights, a checkpoint restore creates the slots.
+    # spelling), delegated as tf_keras' wrapper delegates it, through the
+    # wall's accessors: h5 loading creates the weights, a checkpoint
+    # restore creates the slots.
 
     def _create_all_weights(self, var_list: List[Any]) -> None:
-        self.inner_optimizer._create_all_weights(var_list)
+        _tf_private.tf_keras_create_all_weights(self.inner_optimizer, var_list)
 
     def _create_or_restore_slot_variable(self, slot_variable_position: Any,
                                          slot_name: str,
                                          variable: Any) -> Any:
-        return self.inner_optimizer._create_or_restore_slot_variable(
-            slot_variable_position, slot_name, variable)
+        return _tf_private.tf_keras_create_or_restore_slot_variable(
+            self.inner_optimizer, slot_variable_position, slot_name, variable)
 
     def _restore_slot_variable(self, slot_name: str, variable: Any,
                                slot_variable: Any) -> Any:
-        return self.inner_optimizer._restore_slot_variable(
-            slot_name, variable, slot_variable)
+        return _tf_private.tf_keras_restore_slot_variable(
+            self.inner_optimizer, slot_name, variable, slot_variable)
 
     def _aggregate_gradients(self, grads_and_vars: GradsAndVars
                              ) -> List[Tuple[Any, Any]]:
-        return self.inner_optimizer._aggregate_gradients(grads_and_vars)
+        return _tf_private.tf_keras_sum_gradients(self.inner_optimizer,
+                                                  grads_and_vars)
 
 
 

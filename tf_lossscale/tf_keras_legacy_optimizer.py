@@ -110,8 +110,8 @@ class _SlotRestorer(_tf_private.Trackable):
     def _create_or_restore_slot_variable(self, slot_variable_position: Any,
                                          slot_name: str,
                                          variable: Any) -> Any:
-        return self._optimizer._create_or_restore_slot_variable(
-            slot_variable_position, slot_name, variable)
+        return _tf_private.tf_keras_create_or_restore_slot_variable(
+            self._optimizer, slot_variable_position, slot_name, variable)
 
 
 _TfKerasLossScaleOptimizerV2: Any = _tf_private.tf_keras_loss_scale_optimizer_bases(
@@ -195,8 +195,8 @@ class TfKerasLegacyLossScaleOptimizer(
         tape = tape if tape is not None else tf.GradientTape()
         with tape:
             scaled_loss = self.get_scaled_loss(loss)
-        pairs = self.inner_optimizer._compute_gradients(
-            scaled_loss, var_list, grad_loss, tape=tape)
+        pairs = _tf_private.tf_keras_compute_gradients(
+            self.inner_optimizer, scaled_loss, var_list, grad_loss, tape=tape)
         grads = self.get_unscaled_gradients([g for g, _ in pairs])
         return list(zip(grads, [v for _, v in pairs]))
 

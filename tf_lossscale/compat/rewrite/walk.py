@@ -20,6 +20,8 @@ from typing import Any, Callable, Dict, Optional, Set, Tuple
 
 import libcst as cst
 
+from tf_lossscale import _tf_private
+
 __all__ = ["Walk"]
 
 # Node types that hold no name (nor anything the rewriter reads).
@@ -61,7 +63,7 @@ def _fields(node: cst.CSTNode) -> Tuple[str, ...]:
     fields = _FIELDS.get(kind)
     if fields is None:
         recorder = _FieldOrder()
-        node._visit_and_replace_children(recorder)  # noqa: SLF001
+        _tf_private.libcst_visit_children(node, recorder)
         fields = _FIELDS[kind] = tuple(dict.fromkeys(recorder.fields))
     return fields
 
