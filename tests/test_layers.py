@@ -116,7 +116,6 @@ def test_the_cycle_finder_finds_a_cycle():
     ("tf_lossscale.gradient_marks", "tf_lossscale.optimizer"),
     ("tf_lossscale.gradient_check", "tf_lossscale.optimizer"),
     ("tf_lossscale.inner_attribute", "tf_lossscale.optimizer"),
-    ("tf_lossscale.optimizer_config", "tf_lossscale.optimizer"),
     ("tf_lossscale.flavour_registry", "tf_lossscale.keras_optimizer"),
     ("tf_lossscale.skip_record", "tf_lossscale.optimizer"),
     ("tf_lossscale.skip_record", "tf_lossscale.step"),

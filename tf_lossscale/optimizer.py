@@ -35,15 +35,18 @@ from typing import (
     ClassVar,
     Dict,
     List,
+    Mapping,
     Optional,
     Sequence,
     Type,
     Union,
+    cast,
 )
 
 import tensorflow as tf
 
 from tf_lossscale import (
+    config_conversion,
     distribute,
     flavour_registry,
     skip_record,
@@ -69,7 +72,6 @@ from tf_lossscale.gradient_check import (
 )
 from tf_lossscale.gradient_marks import GradientMarks, Taken
 from tf_lossscale.inner_attribute import InnerAttribute
-from tf_lossscale.optimizer_config import OptimizerConfig
 from tf_lossscale.telemetry import Telemetry
 
 __all__ = [
@@ -110,7 +112,7 @@ class _Untracked:
         self.value = value
 
 
-class LossScaleOptimizer(OptimizerConfig):
+class LossScaleOptimizer:
     """An optimizer that scales the loss so float16 gradients do not underflow.
 
     Wraps a Keras 3 or a tf_keras optimizer (of either tf_keras family) and
@@ -514,7 +516,8 @@ class LossScaleOptimizer(OptimizerConfig):
         """Advances the inner optimizer's `iterations` by one, nothing else."""
         raise NotImplementedError
 
-    # Serialization (`from_config`: `optimizer_config`).
+    # Serialization. Each flavour says which inner configs it reads
+    # (`_reads`) and how (`_deserialize_inner`, `_serialize_inner`).
 
     def get_config(self) -> Dict[str, Any]:
         """The inner optimizer (serialized) and the loss-scaling arguments.
@@ -532,6 +535,71 @@ class LossScaleOptimizer(OptimizerConfig):
 
     def _serialize_inner(self) -> Dict[str, Any]:
         raise NotImplementedError
+
+    @classmethod
+    def from_config(cls, config: Dict[str, Any],
+                    custom_objects: Optional[Dict[str, Any]] = None
+                    ) -> Any:
+        """Creates the optimizer from `get_config()`'s output.
+
+        Also takes Keras 3's own LossScaleOptimizer configs and the TF <= 2.3
+        experimental ones (`optimizer` and `loss_scale` entries), converted
+        by `config_conversion.upgrade_optimizer_config`.
+
+        Raises:
+          ValueError: `config` is not a dict, has no inner optimizer, or
+            holds loss-scaling values that do not convert.
+          TypeError: the inner optimizer's config names no known optimizer,
+            or `config` holds an unknown key.
+        """
+        if not isinstance(config, Mapping):
+            raise ValueError(
+                "from_config() takes a dict (what get_config() returns); "
+                f"got {config!r} of type {type(config).__name__}.")
+        config = config_conversion.upgrade_optimizer_config(config)
+        if "inner_optimizer" not in config:
+            raise ValueError(
+                "A LossScaleOptimizer config needs an 'inner_optimizer' entry "
+                "(or TF <= 2.3's 'optimizer') holding the wrapped optimizer; "
+                f"got {config!r}.")
+        inner_config = config.pop("inner_optimizer")
+        flavour = cls._flavour_for_config(inner_config)
+        inner = flavour._deserialize_inner(inner_config, custom_objects)
+        return cls._from_current_args(inner, config)
+
+    @classmethod
+    def _flavour_for_config(cls, inner_config: Any
+                            ) -> "Type[LossScaleOptimizer]":
+        """The flavour that deserializes `inner_config` (see `_reads`)."""
+        if not cls.__dict__.get("_PICKS_FLAVOUR", False):
+            return cls
+        if not isinstance(inner_config, dict):
+            return cls._flavour_for(inner_config)
+        for attempt in range(2):
+            for _, flavour in flavour_registry.flavours_of(cls):
+                if cast("Type[LossScaleOptimizer]", flavour)._reads(
+                        inner_config):
+                    return flavour
+            if attempt or not flavour_registry.load_flavours(None):
+                break
+        raise TypeError(
+            "inner_optimizer must be the config of a Keras 3 or tf_keras "
+            f"optimizer; got {inner_config!r}.")
+
+    @classmethod
+    def _reads(cls, inner_config: Dict[str, Any]) -> bool:
+        """Whether this flavour deserializes `inner_config` (a flavour says)."""
+        return False
+
+    @classmethod
+    def _deserialize_inner(cls, config: Any,
+                           custom_objects: Optional[Dict[str, Any]]) -> Any:
+        raise NotImplementedError
+
+    @classmethod
+    def _from_current_args(cls, inner_optimizer: Any,
+                           args: Dict[str, Any]) -> Any:
+        return cls(inner_optimizer, **args)
 
 
 # `__new__` picks the flavour; what it accepts is the constructor's (the
