@@ -194,15 +194,15 @@ def test_sparse_gradients_are_applied_and_checked(flavour, mode, case):
 
 @pytest.mark.parametrize("dynamic", [True, False])
 def test_all_none_gradients_raise_and_change_nothing(flavour, dynamic):
-    var = flavour.variable([1.0])
-    opt = flavour.wrap(flavour.optimizers.SGD(), dynamic=dynamic,
-                       initial_scale=2)
-    with pytest.raises(ValueError, match="No gradients"):
-        opt.apply_gradients([(None, var)])
-    assert int(opt.iterations) == 0
-    assert float(opt.loss_scale) == 2.0
-    if dynamic:
-        assert int(opt.dynamic_counter) == 0
+    for family in flavour.optimizer_families:
+        var = flavour.variable([1.0])
+        opt = flavour.wrap(family.SGD(), dynamic=dynamic, initial_scale=2)
+        with pytest.raises(ValueError, match="No gradients"):
+            opt.apply_gradients([(None, var)])
+        assert int(opt.iterations) == 0
+        assert float(opt.loss_scale) == 2.0
+        if dynamic:
+            assert int(opt.dynamic_counter) == 0
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -62,6 +62,16 @@ class Flavour:
     def optimizers(self) -> types.ModuleType:
         return self.keras.optimizers
 
+    @property
+    def optimizer_families(self) -> List[types.ModuleType]:
+        """The modules of this Keras' optimizer families: Keras 3 has one;
+        tf_keras has its current one and OptimizerV2 (`optimizers.legacy`),
+        each with a flavour of its own."""
+        legacy = getattr(self.keras.optimizers, "legacy", None)
+        if self.name == "keras3" or legacy is None:
+            return [self.keras.optimizers]
+        return [self.keras.optimizers, legacy]
+
     def wrap(self, inner: Any, **kwargs: Any) -> Any:
         """Our LossScaleOptimizer around `inner`."""
         return tf_lossscale.LossScaleOptimizer(inner, **kwargs)

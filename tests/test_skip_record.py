@@ -3,63 +3,26 @@
 Real Keras 3 runs: a 20-layer float16 model with an overflow planted in one
 known layer's gradient and a NaN in another's (`_planted_faults`); custom
 loops eagerly and in `tf.function`; the traced finite path's op count with
-and without the record. The tf_keras runs are in
-`tf_keras_cases/cases_skip_record.py`.
+and without the record. The tests that hold on both Kerases (the planted
+faults in `fit`, the saved telemetry) are written once, in
+`tests/_both_skip_record.py`, and run here on Keras 3 (imported below) and
+in `tf_keras_cases/cases_monitor.py` on tf_keras.
 """
 
 from __future__ import annotations
 
 import collections
-from typing import Any, Dict, List, Set
+from typing import Any, Dict, Set
 
-import _planted_faults as planted
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from _both_skip_record import *  # noqa: F403 (the tests on both Kerases)
 
 import tf_lossscale
 
 INF, NAN = np.inf, np.nan
-
-
-def _fit(jit_compile: bool = False) -> Dict[str, Any]:
-    keras.mixed_precision.set_global_policy("mixed_float16")
-    try:
-        model, planter = planted.build(keras)
-    finally:
-        keras.mixed_precision.set_global_policy("float32")
-    opt = tf_lossscale.LossScaleOptimizer(
-        keras.optimizers.SGD(1e-3), initial_scale=planted.INITIAL_SCALE,
-        min_scale=planted.MIN_SCALE)
-    model.compile(optimizer=opt, loss="mse", jit_compile=jit_compile)
-    lines: List[str] = []
-    monitor = tf_lossscale.LossScaleMonitor(print_fn=lines.append)
-    x, y = planted.data()
-    history = model.fit(x, y, batch_size=planted.BATCH, shuffle=False,
-                        verbose=0, callbacks=[planter, monitor])
-    return {"lines": lines, "opt": opt, "history": history.history,
-            "monitor": monitor}
-
-
-@pytest.mark.parametrize("jit_compile", [
-    False, pytest.param(True, marks=pytest.mark.slow)],  # XLA: ~30 s
-    ids=["graph", "jit_compile"])
-def test_the_monitor_names_the_overflowing_and_the_nan_layer(jit_compile):
-    run = _fit(jit_compile)
-    print("\n".join(run["lines"]))
-    assert run["lines"] == planted.expected_lines("net/")
-    record = run["opt"].last_skip
-    assert (record.step, record.streak, record.first_step) == (8, 4, 5)
-    assert record.names == ("net/layer_13/kernel",)
-    assert record.kinds == ("NaN",)
-    assert record.scale == planted.MIN_SCALE and record.count == 1
-    assert int(run["opt"].skipped_steps) == 5
-    history = run["history"]
-    assert history["skipped_steps"] == [5]
-    # The epoch ended on a finite step (9): no run, no non-finite gradient.
-    assert history["skip_streak"] == [0]
-    assert history["nonfinite_gradients"] == [0]
 
 
 def _two_variables():
@@ -243,51 +206,6 @@ def test_a_nan_on_replica_1_only_is_traced_to_replica_1(mirrored_strategy):
     assert str(record) == ("step 0 skipped on replica 1: 1 of 2 gradients "
                            "non-finite (NaN): b; scale 2^15")
     np.testing.assert_array_equal(b.numpy(), [1.0, 1.0])
-
-
-def _checkpoint_keys(path: str) -> Set[str]:
-    return {name for name, _ in tf.train.list_variables(path)}
-
-
-def _skipping_optimizer(**kwargs: Any):
-    a, b = _two_variables()
-    opt = tf_lossscale.LossScaleOptimizer(keras.optimizers.SGD(0.1), **kwargs)
-    opt.build([a, b])
-    for grads in ([tf.ones(3), tf.constant([NAN, 1.0])],) * 2:
-        opt.apply(grads, [a, b])
-    return opt
-
-
-def test_save_telemetry_keeps_the_counters_across_a_resume(tmp_path):
-    saved = _skipping_optimizer(save_telemetry=True)
-    assert saved.get_config()["save_telemetry"] is True
-    path = tf.train.Checkpoint(optimizer=saved).save(str(tmp_path / "with"))
-    resumed = _skipping_optimizer(save_telemetry=True)
-    resumed.apply([tf.ones(3), tf.ones(2)], resumed._trainable_variables)
-    status = tf.train.Checkpoint(optimizer=resumed).restore(path)
-    status.assert_consumed()
-    assert int(resumed.skipped_steps) == 2
-    record = resumed.last_skip
-    assert (record.step, record.streak, record.first_step) == (1, 2, 0)
-    # The next skip continues the run it restored.
-    resumed.apply([tf.ones(3), tf.constant([NAN, 1.0])],
-                  resumed._trainable_variables)
-    assert resumed.last_skip.streak == 3 and int(resumed.skipped_steps) == 3
-
-    default = _skipping_optimizer()
-    plain = tf.train.Checkpoint(optimizer=default).save(
-        str(tmp_path / "without"))
-    keras_own = keras.mixed_precision.LossScaleOptimizer(
-        keras.optimizers.SGD(0.1))
-    keras_own.build(list(_two_variables()))
-    theirs = tf.train.Checkpoint(optimizer=keras_own).save(
-        str(tmp_path / "keras"))
-    # Without the option, the keys are exactly Keras' own; with it, four more.
-    assert _checkpoint_keys(plain) == _checkpoint_keys(theirs)
-    extra = _checkpoint_keys(path) - _checkpoint_keys(plain)
-    assert sorted(k.split("/")[-3] for k in extra) == [
-        "last_skip_step", "skip_streak", "skip_streak_first_step",
-        "skipped_steps"], extra
 
 
 def test_the_tf1_optimizer_stops_a_session_loop_after_k_skips():

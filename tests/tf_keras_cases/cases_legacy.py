@@ -539,14 +539,6 @@ def test_learning_rate_schedule_follows_iterations_across_skips():
     assert var.numpy().tolist() == [0.25]
 
 
-def test_all_none_gradients_raise_and_change_nothing():
-    var = tf.Variable([1.0])
-    opt = OURS(LEGACY.SGD())
-    with pytest.raises(ValueError, match="No gradients"):
-        opt.apply_gradients([(None, var)])
-    assert int(opt.iterations) == 0 and int(opt.dynamic_counter) == 0
-
-
 # TF1 graphs.
 
 

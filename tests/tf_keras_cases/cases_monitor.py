@@ -9,13 +9,14 @@ the `flavour` fixture is tf_keras' in this process).
 
 from __future__ import annotations
 
-from typing import Any, List
+from typing import List
 
 import pytest
 import tensorflow as tf
 import tf_keras
 from _both_monitor import *  # noqa: F403 (the tests on both Kerases)
 from _both_monitor import compiled_model, fit
+from _both_skip_record import *  # noqa: F403 (the tests on both Kerases)
 
 import tf_lossscale
 
@@ -32,38 +33,10 @@ def test_a_progress_bar_of_your_own_shows_current_values_too(flavour,
     assert "loss_scale: 64.0000 - skipped_steps: 4.0000" in printed
 
 
-# --- Why a step was skipped (tests/test_skip_record.py has Keras 3's) -------
+# --- Why a step was skipped (the shared ones: tests/_both_skip_record.py) ---
 
 FAMILIES = [pytest.param(tf_keras.optimizers.SGD, id="tf_keras"),
             pytest.param(tf_keras.optimizers.legacy.SGD, id="legacy")]
-
-
-@pytest.mark.slow  # About 35 s: 20 layers traced by tf_keras.
-def test_the_monitor_names_the_overflowing_and_the_nan_layer():
-    # One family (the legacy one shares the step; its loop is tested below).
-    sgd = tf_keras.optimizers.SGD
-    import _planted_faults as planted
-    tf_keras.mixed_precision.set_global_policy("mixed_float16")
-    try:
-        model, planter = planted.build(tf_keras)
-    finally:
-        tf_keras.mixed_precision.set_global_policy("float32")
-    opt = tf_lossscale.LossScaleOptimizer(
-        sgd(1e-3), initial_scale=planted.INITIAL_SCALE,
-        min_scale=planted.MIN_SCALE)
-    model.compile(optimizer=opt, loss="mse")
-    lines: List[str] = []
-    x, y = planted.data()
-    history = model.fit(x, y, batch_size=planted.BATCH, shuffle=False,
-                        verbose=0, callbacks=[planter, tf_lossscale.
-                                              LossScaleMonitor(
-                                                  print_fn=lines.append)])
-    assert lines == planted.expected_lines("")
-    record = opt.last_skip
-    assert (record.step, record.streak, record.first_step) == (8, 4, 5)
-    assert record.names == ("layer_13/kernel",)
-    assert history.history["skipped_steps"] == [5]
-    assert history.history["nonfinite_gradients"] == [0]
 
 
 @pytest.mark.parametrize("sgd", FAMILIES)
@@ -120,34 +93,3 @@ def test_a_nan_on_replica_1_only_reaches_every_replica_in_the_sum(
                            "2 gradients non-finite (NaN): b; scale 2^15")
 
 
-@pytest.mark.parametrize("sgd", FAMILIES)
-def test_save_telemetry_keeps_the_counters_across_a_resume(sgd, tmp_path):
-    def skipping(skips: int = 2, **kwargs: Any) -> Any:
-        """An applied step (all variables made), then `skips` skipped."""
-        var = tf.Variable([1.0, 1.0], name="w")
-        opt = tf_lossscale.LossScaleOptimizer(sgd(0.1), **kwargs)
-        opt.apply_gradients([(tf.ones(2), var)])
-        for _ in range(skips):
-            opt.apply_gradients([(tf.constant([float("nan"), 1.0]), var)])
-        return opt, var
-
-    saved, var = skipping(save_telemetry=True)
-    path = tf.train.Checkpoint(optimizer=saved, var=var).save(
-        str(tmp_path / "with"))
-    resumed, var = skipping(0, save_telemetry=True)
-    assert resumed.last_skip is None
-    tf.train.Checkpoint(optimizer=resumed, var=var).restore(
-        path).assert_consumed()
-    assert int(resumed.skipped_steps) == 2
-    assert (resumed.last_skip.step, resumed.last_skip.streak) == (2, 2)
-
-    plain = tf.train.Checkpoint(optimizer=skipping()[0], var=var).save(
-        str(tmp_path / "without"))
-    own = tf_keras.mixed_precision.LossScaleOptimizer(sgd(0.1))
-    own.apply_gradients([(tf.ones(2), var)])
-    theirs = tf.train.Checkpoint(optimizer=own, var=var).save(
-        str(tmp_path / "theirs"))
-    keys = [{k for k, _ in tf.train.list_variables(p)}
-            for p in (path, plain, theirs)]
-    assert keys[1] == keys[2]  # Default: exactly tf_keras' own keys.
-    assert len(keys[0] - keys[1]) == 4
