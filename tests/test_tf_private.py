@@ -222,20 +222,6 @@ def test_keras_model_loss_is_fit_s_loss():
     assert float(loss) == pytest.approx(expected, rel=1e-6)
 
 
-def test_libcst_visit_children_visits_the_children_only():
-    libcst = pytest.importorskip("libcst")
-    seen = []
-
-    class Names(libcst.CSTTransformer):
-        def visit_Name(self, node):
-            seen.append(node.value)
-
-    module = libcst.parse_module("a = b + c\n")
-    result = _tf_private.libcst_visit_children(module, Names())
-    assert seen == ["a", "b", "c"]
-    assert result.code == "a = b + c\n"
-
-
 def test_keras_trainable_variables_is_what_build_was_given():
     variable = keras.Variable([1.0])
     optimizer = keras.optimizers.SGD()

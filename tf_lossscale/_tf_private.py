@@ -1,5 +1,5 @@
-"""The few TensorFlow, Keras 3, tf_keras and libcst internals this package
-relies on, in one place, a section per framework: no other module imports a
+"""The few TensorFlow, Keras 3 and tf_keras internals this package relies
+on, in one place, a section per framework: no other module imports a
 private framework module or reads a private name of a framework object.
 Other modules may only define the protocol methods a framework calls on
 our classes (tf_keras' `_create_or_restore_slot_variable`, the Trackable
@@ -39,7 +39,6 @@ __all__ = [
     "keras_model_loss",
     "keras_saveable",
     "keras_trainable_variables",
-    "libcst_visit_children",
     "mark_wrapped_by_loss_scale_optimizer",
     "mixed_precision_graph_rewrite_state",
     "no_automatic_dependency_tracking",
@@ -392,13 +391,3 @@ def tf_keras_restore_slot_variable(optimizer: Any, slot_name: str,
     """OptimizerV2's restore of a slot created before its value came."""
     return optimizer._restore_slot_variable(slot_name, variable,
                                             slot_variable)
-
-
-# --- libcst -----------------------------------------------------------------
-
-def libcst_visit_children(node: Any, visitor: Any) -> Any:
-    """`node` with each child visited by `visitor` (and replaced by what
-    the visit returns), without visiting `node` itself: how libcst's own
-    `visit` walks on, which `compat/rewrite/walk.py` uses to enter only
-    the nodes a rule needs. No public spelling."""
-    return node._visit_and_replace_children(visitor)

@@ -4,9 +4,9 @@ libcst's `node.visit(visitor)` rebuilds (and validates) every node it
 passes, also for a `CSTVisitor`, and looks up `visit_<Node>_<attribute>`
 hooks for each child field: on a large module that was most of the
 rewriter's time (issue 33, item 4). `walk` reads the same children in the
-same order (the order libcst's own `_visit_and_replace_children` visits
-them, learnt once per node type) and calls the visitor's `visit_<Node>`
-and `leave_<Node>` methods, without rebuilding anything. Whitespace,
+same order (the order libcst's own visit enters them, learnt once per
+node type) and calls the visitor's `visit_<Node>` and `leave_<Node>`
+methods, without rebuilding anything. Whitespace,
 punctuation and operator nodes, which hold no name, are not entered.
 
 It also tells which nodes hold, at any depth, a `Name` whose value a
@@ -19,8 +19,6 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, Optional, Set, Tuple
 
 import libcst as cst
-
-from tf_lossscale import _tf_private
 
 __all__ = ["Walk"]
 
@@ -38,14 +36,17 @@ _LEAVES: Tuple[type, ...] = (
 
 
 class _FieldOrder(cst.CSTVisitor):
-    """Records the fields `_visit_and_replace_children` visits, in order."""
+    """Records the fields libcst's own visit enters, in order, for the one
+    node it is handed: that node is entered, its children are not."""
 
     def __init__(self) -> None:
         super().__init__()
         self.fields: list = []
+        self._entered = False
 
     def on_visit(self, node: cst.CSTNode) -> bool:
-        return False
+        entered, self._entered = self._entered, True
+        return not entered
 
     def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
         self.fields.append(attribute)
@@ -63,7 +64,7 @@ def _fields(node: cst.CSTNode) -> Tuple[str, ...]:
     fields = _FIELDS.get(kind)
     if fields is None:
         recorder = _FieldOrder()
-        _tf_private.libcst_visit_children(node, recorder)
+        node.visit(recorder)
         fields = _FIELDS[kind] = tuple(dict.fromkeys(recorder.fields))
     return fields
 
