@@ -20,7 +20,7 @@ GROUPS = {
     "optimizer": ["cases_differential", "cases_knobs", "cases_own_suite"],
     "distributed": ["cases_distributed", "cases_optimizer", "cases_saving"],
     "legacy": ["cases_legacy", "cases_differential_bad_input",
-               "cases_monitor", "cases_natural_faults"],
+               "cases_monitor", "cases_natural_faults", "cases_wrapped_inner"],
 }
 
 

@@ -10,6 +10,7 @@ test_keras_optimizer_saving.py.
 import os
 import subprocess
 import sys
+import warnings
 
 import _model
 import keras
@@ -25,6 +26,7 @@ from _both_optimizer import runner as _runner
 from _both_optimizer import snapshot as _snapshot
 
 import tf_lossscale
+import tf_lossscale.compat
 from tf_lossscale.keras_optimizer import KerasLossScaleOptimizer
 
 
@@ -461,21 +463,42 @@ def test_unmarked_gradients_are_scaled_until_the_documented_flow_is_used():
     var = keras.Variable([0.0])
     opt = tf_lossscale.LossScaleOptimizer(
         keras.optimizers.SGD(1.0), initial_scale=4)
-    apply = tf.function(lambda g: opt.apply_gradients([(g, var)]))
-    apply(tf.constant([4.0]))  # Scaled: 4 / 4.
+    opt.apply_gradients([(tf.constant([4.0]), var)])  # Scaled: 4 / 4.
     np.testing.assert_array_equal(var, [-1.0])
-    opt.apply_gradients([(tf.constant([4.0]), var)])  # Eagerly, the same.
-    np.testing.assert_array_equal(var, [-2.0])
     opt.get_unscaled_gradients([tf.constant([1.0])])  # Eager, not applied.
     tf.function(lambda: opt.apply_gradients([(tf.constant([4.0]), var)]))()
-    np.testing.assert_array_equal(var, [-6.0])  # Unscaled: 4.
+    np.testing.assert_array_equal(var, [-5.0])  # Unscaled: 4.
     opt.apply_gradients([(tf.constant([1.0]), var)])
-    np.testing.assert_array_equal(var, [-7.0])
+    np.testing.assert_array_equal(var, [-6.0])
     # A Keras 3 step still marks its own gradients as scaled.
     with tf.GradientTape() as tape:
         loss = opt.scale_loss(tf.reduce_sum(var * 2.0))
     opt.apply_gradients(zip(tape.gradient(loss, [var]), [var]))
-    np.testing.assert_array_equal(var, [-9.0])
+    np.testing.assert_array_equal(var, [-8.0])
+
+
+def test_first_unscaling_after_a_trace_took_unmarked_gradients_as_scaled():
+    """That trace would keep dividing by the scale what the documented flow
+    now means as unscaled: the first `get_unscaled_gradients` raises and
+    changes nothing; an eager apply decides every call, and sets off
+    nothing."""
+    var = keras.Variable([0.0])
+    opt = tf_lossscale.LossScaleOptimizer(
+        keras.optimizers.SGD(1.0), initial_scale=4)
+    opt.apply_gradients([(tf.constant([4.0]), var)])  # Eagerly: no trace.
+    apply = tf.function(lambda g: opt.apply_gradients([(g, var)]))
+    apply(tf.constant([4.0]))  # Scaled: 4 / 4.
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match=(
+                r"first time after a tf.function had traced its "
+                r"apply_gradients.* or use tf_lossscale.compat."
+                r"LossScaleOptimizer, which applies unmarked gradients as "
+                r"given")):
+            opt.get_unscaled_gradients([tf.constant([8.0])])
+    apply(tf.constant([4.0]))  # Still scaled, eagerly too.
+    opt.apply_gradients([(tf.constant([4.0]), var)])
+    np.testing.assert_array_equal(var, [-4.0])
+    assert (int(opt.iterations), float(opt.loss_scale)) == (4, 4.0)
 
 
 @pytest.mark.parametrize("public", ["current", "experimental"])
@@ -510,6 +533,47 @@ def test_accumulated_unscaled_gradients_applied_in_another_function(public):
     np.testing.assert_array_equal(var, [-2.0, -3.0])
     assert int(opt.iterations) == 1
     assert float(opt.loss_scale) == 2.0**15
+
+
+@pytest.mark.parametrize("public", ["current", "compat", "experimental"])
+def test_accumulation_whose_apply_is_traced_first(public):
+    """The apply function traced first (an apply of zero gradients): the
+    current class cannot apply the accumulated gradients right, and says so
+    at the first `get_unscaled_gradients`; the classes with TF 2.4-2.15's
+    rule (unmarked gradients as given) train as TensorFlow did."""
+    var = keras.Variable([1.0, 2.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        opt = {"current": tf_lossscale.LossScaleOptimizer,
+               "compat": tf_lossscale.compat.LossScaleOptimizer,
+               "experimental": lambda o: tf_lossscale.experimental.
+               LossScaleOptimizer(o, "dynamic")}[public](
+            keras.optimizers.SGD(0.25))
+    total = tf.Variable([0.0, 0.0])
+
+    @tf.function
+    def accumulate():
+        with tf.GradientTape() as tape:
+            loss = opt.get_scaled_loss(tf.reduce_sum(var * [1.0, 2.0]))
+        (grad,) = opt.get_unscaled_gradients(tape.gradient(loss, [var]))
+        total.assign_add(grad)
+
+    @tf.function
+    def apply():
+        opt.apply_gradients([(total.read_value(), var)])
+        total.assign(tf.zeros_like(total))
+
+    apply()
+    if public == "current":
+        with pytest.raises(RuntimeError, match="traced its apply_gradients"):
+            accumulate()
+        np.testing.assert_array_equal(total, [0.0, 0.0])
+        return
+    accumulate()
+    accumulate()
+    apply()
+    np.testing.assert_array_equal(var, [0.5, 1.0])
+    assert int(opt.iterations) == 2
 
 
 def test_experimental_class_takes_unmarked_gradients_as_unscaled():

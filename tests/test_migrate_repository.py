@@ -12,11 +12,11 @@ elsewhere; without one the test is skipped and says so.
 """
 
 import os
-import re
 import subprocess
 from pathlib import Path
 
 import pytest
+from _migrate_tree import reported as _reported
 
 from tf_lossscale.compat import migrate
 
@@ -68,21 +68,6 @@ def _python_files(tag, into):
     batch.stdin.close()
     batch.wait()
     return len(blobs)
-
-
-def _reported(err):
-    """The `file:line`s reported, as lines of the file read (a report after
-    `--write` names the written file's line and the one read)."""
-    found = []
-    for line in err.splitlines():
-        if line.startswith("migrate: "):
-            continue
-        where = line.split(": ", 1)[0].removeprefix("./")
-        before = re.search(r"\[line (\d+) before --write\]$", line)
-        if before:
-            where = f"{where.rsplit(':', 1)[0]}:{before.group(1)}"
-        found.append(where)
-    return found
 
 
 @pytest.mark.slow

@@ -271,3 +271,62 @@ def test_policy_loss_scale_of_a_module_that_does_not_compile_is_reported():
     compiled, notes = _rewrite(legacy + "model.compile(optimizer='sgd')\n")
     assert notes == []
     assert "loss_scale" not in compiled
+
+
+# Gradient accumulation in the style of OpenNMT-tf and ALBERT pretraining:
+# the documented flow unscales in one tf.function, another applies the sum.
+# Here the apply function is traced first, by an apply of zero gradients
+# (which creates the optimizer's slots before a checkpoint is restored).
+ACCUMULATION = """\
+    import numpy as np
+    import tensorflow as tf
+
+    var = tf.Variable([1.0, 2.0])
+    opt = tf.keras.mixed_precision.LossScaleOptimizer(
+        tf.keras.optimizers.SGD(0.25))
+    accumulated = tf.Variable([0.0, 0.0], trainable=False)
+
+    @tf.function
+    def accumulate(x):
+        with tf.GradientTape() as tape:
+            loss = opt.get_scaled_loss(tf.reduce_sum(x * var))
+        grads = opt.get_unscaled_gradients(tape.gradient(loss, [var]))
+        accumulated.assign_add(grads[0])
+
+    @tf.function
+    def apply():
+        opt.apply_gradients([(accumulated.read_value(), var)])
+        accumulated.assign(tf.zeros_like(accumulated))
+
+    apply()
+    steps = []
+    for x in ([1.0, 2.0], [3.0, 4.0]):
+        for _ in range(2):
+            accumulate(tf.constant(x))
+        apply()
+        steps.append(var.numpy().copy())
+    var = np.stack(steps)
+    """
+
+
+def test_accumulation_whose_apply_is_traced_first_trains_as_tf215_did():
+    shim, migrated, new = _both(ACCUMULATION)
+    # TF 2.4-2.15 applied the accumulated (unscaled) sums as given:
+    # [1, 2] - 0.25 * 2 * [1, 2], then - 0.25 * 2 * [3, 4].
+    expected = [[0.5, 1.0], [-1.0, -1.0]]
+    np.testing.assert_array_equal(shim, expected)
+    np.testing.assert_array_equal(migrated, expected)
+    assert "opt = tf_lossscale.compat.LossScaleOptimizer(" in new
+    assert migrate.rewrite(new) == (new, [])
+
+
+def test_accumulation_traced_in_order_keeps_the_current_class():
+    # Each apply_gradients follows the scaling calls in its function: the
+    # current class takes its gradients as unscaled, as TF 2.15's did.
+    source = ACCUMULATION.replace(
+        "opt.apply_gradients([(accumulated.read_value(), var)])",
+        "opt.apply_gradients(zip(opt.get_unscaled_gradients(\n"
+        "            [accumulated * opt.loss_scale]), [var]))")
+    shim, migrated, new = _both(source)
+    assert "opt = tf_lossscale.LossScaleOptimizer(" in new
+    np.testing.assert_allclose(migrated, shim, rtol=1e-6)

@@ -126,6 +126,10 @@ class GradientMarks:
     replica's step in a thread of its own. So the rule is exact inside
     `tf.function` (each trace keeps its own marks; the decision is traced
     into the graph) and under replicas.
+
+    The flavour's default is decided when tracing, so a trace made before
+    the first `get_unscaled_gradients` keeps the other answer;
+    `traced_as_scaled` says whether there was one.
     """
 
     def __init__(self) -> None:
@@ -134,6 +138,9 @@ class GradientMarks:
         self._eager: Dict[int, _Place] = {}
         self._traced: "weakref.WeakKeyDictionary[tf.Graph, Dict[int, _Place]]" = (
             weakref.WeakKeyDictionary())
+        # Whether a trace took unmarked gradients as scaled by the
+        # flavour's default (`defaulted_to_scaled`).
+        self.traced_as_scaled = False
 
     def _places(self) -> Dict[int, _Place]:
         if tf.executing_eagerly():
@@ -187,6 +194,15 @@ class GradientMarks:
             g is x for g, x in zip(present, place.unscaled_outputs))
         return Taken(False, place.verdict if reused else None,
                      place.quotients, place.loss)
+
+    def defaulted_to_scaled(self) -> None:
+        """Records that an apply here took unmarked gradients as scaled by
+        the flavour's default. Eagerly that is decided again every call;
+        a trace keeps it for as long as its graph lives, which cannot be
+        told (Keras' optimizers keep the graphs they applied in alive after
+        the `tf.function` is gone), so it counts for good."""
+        if not tf.executing_eagerly():
+            self.traced_as_scaled = True
 
 
 def _among(tensor: Any, tensors: List[Any]) -> bool:

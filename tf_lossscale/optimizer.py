@@ -458,6 +458,7 @@ class LossScaleOptimizer:
         unscaled, unless they are these very `grads`.
         """
         grads = list(grads)
+        self._refuse_stale_traces()
         scale = self._current_scale()
         unscaled, finite = finite_lib.unscale_for_step(grads, scale)
         self._marks.unscaled(grads, unscaled, finite, scale)
@@ -471,7 +472,33 @@ class LossScaleOptimizer:
         if taken.scaled is None:
             taken = taken._replace(
                 scaled=self._unmarked_gradients_are_scaled())
+            if taken.scaled:
+                self._marks.defaulted_to_scaled()
         return taken
+
+    def _refuse_stale_traces(self) -> None:
+        """Raises if the first `get_unscaled_gradients` comes after a trace
+        that took unmarked gradients as scaled.
+
+        From now on unmarked gradients are taken as unscaled (the
+        documented flow), but that trace decided otherwise when it was made
+        and would keep dividing them by the loss scale: gradients unscaled
+        and accumulated in one `tf.function` and applied in another that
+        was traced first would be divided twice, silently.
+        """
+        if self._marks.ever_unscaled or not self._marks.traced_as_scaled:
+            return
+        raise RuntimeError(
+            "get_unscaled_gradients was called on this LossScaleOptimizer "
+            "for the first time after a tf.function had traced its "
+            "apply_gradients with gradients that no scaling method marked; "
+            "that trace took them as scaled (Keras 3's rule, which holds "
+            "until get_unscaled_gradients first runs) and, called again, "
+            "would divide unscaled gradients by the loss scale once more. "
+            "Call get_unscaled_gradients (or trace the function that calls "
+            "it) before the first apply_gradients is traced, or use "
+            "tf_lossscale.compat.LossScaleOptimizer, which applies unmarked "
+            "gradients as given (TF 2.4-2.15's rule).")
 
     def _unmarked_gradients_are_scaled(self) -> bool:
         """The flavour's default when neither scaling method ran here.

@@ -24,7 +24,12 @@ it:
 - `apply_gradients(grads_and_vars, name, experimental_aggregate_gradients)`
   sums the gradients across replicas with the inner optimizer's own
   `gradient_aggregator` before the finiteness check, and the inner
-  optimizer clips the unscaled gradients when it applies them;
+  optimizer clips the unscaled gradients when it applies them; an inner
+  optimizer whose `apply_gradients` takes no
+  `experimental_aggregate_gradients` (a wrapper such as Model Garden's
+  `ExponentialMovingAverage`, which sums in its own inner optimizer) gets
+  the replica's gradients unsummed and without that keyword, where
+  tf_keras' wrapper fails with a `TypeError`;
 - `minimize` works eagerly, in `tf.function` and in TF1 graphs (it returns
   the op to run), and `get_gradients` scales the loss and unscales the
   gradients.
@@ -44,6 +49,7 @@ current family's flavour.
 from __future__ import annotations
 
 import copy
+import inspect
 from typing import Any, Dict, List, Optional, Tuple
 
 import tensorflow as tf
@@ -89,6 +95,42 @@ def _check_inner(inner_optimizer: Any, flavour: type) -> None:
             "name of tf_keras' legacy family, tf_keras.optimizers.legacy."
             "Optimizer)")
     tf_keras_checks.reject_already_wrapped(inner_optimizer)
+
+
+_AGGREGATE_FLAG = "experimental_aggregate_gradients"
+
+
+def _takes_aggregate_flag(optimizer: Any) -> bool:
+    """Whether `optimizer.apply_gradients` takes
+    `experimental_aggregate_gradients` (OptimizerV2's does).
+
+    A wrapper subclassing OptimizerV2 may not: Model Garden's
+    `ExponentialMovingAverage` declares `apply_gradients(grads_and_vars,
+    name=None)` and calls its inner optimizer's, which sums the gradients
+    across replicas itself.
+    """
+    try:
+        parameters = inspect.signature(optimizer.apply_gradients).parameters
+    except (TypeError, ValueError):  # No signature to read: as OptimizerV2.
+        return True
+    return _AGGREGATE_FLAG in parameters or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+
+
+def _refuse_summed_gradients(inner: Any) -> None:
+    """Raises `TypeError` for gradients already summed across several
+    replicas, which an inner optimizer that sums them itself would sum
+    again (with one replica summing changes nothing)."""
+    replicas = distribute.num_replicas()
+    if replicas == 1:
+        return
+    raise TypeError(
+        f"apply_gradients got {_AGGREGATE_FLAG}=False under {replicas} "
+        f"replicas, but the inner optimizer {_type_name(inner)} takes no "
+        f"{_AGGREGATE_FLAG} (its apply_gradients sums the gradients across "
+        "replicas itself), so gradients already summed would be summed "
+        f"again. Pass each replica's own gradients with {_AGGREGATE_FLAG}="
+        "True (the default).")
 
 
 class _SlotRestorer(_tf_private.Trackable):
@@ -216,8 +258,10 @@ class TfKerasLegacyLossScaleOptimizer(
 
         The gradients are summed across replicas first, by the inner
         optimizer's `gradient_aggregator` (unless
-        `experimental_aggregate_gradients=False`), so a NaN on any replica
-        makes every replica skip. Whether they are taken as scaled or already
+        `experimental_aggregate_gradients=False`, or the inner optimizer's
+        `apply_gradients` takes no such argument and sums them itself), and
+        the replicas agree on one verdict, so a NaN on any replica makes
+        every replica skip. Whether they are taken as scaled or already
         unscaled is the rule of `tf_lossscale.LossScaleOptimizer`. None
         gradients are left out.
 
@@ -229,9 +273,16 @@ class TfKerasLegacyLossScaleOptimizer(
           ValueError: called in a cross-replica context or under an
             unsupported strategy, every gradient is None, or a gradient's
             shape does not fit its variable.
-          TypeError: a gradient is not floating point. Nothing changes then.
+          TypeError: a gradient is not floating point, or
+            `experimental_aggregate_gradients=False` under several replicas
+            for an inner optimizer that sums the gradients itself. Nothing
+            changes then.
         """
         distribute.check_supported_strategy("LossScaleOptimizer")
+        inner = self.inner_optimizer
+        sums_itself = not _takes_aggregate_flag(inner)
+        if sums_itself and not experimental_aggregate_gradients:
+            _refuse_summed_gradients(inner)
         self._warn_about_scaling()
         pairs = tf_keras_checks.checked_pairs(grads_and_vars)
         if not pairs:
@@ -242,11 +293,11 @@ class TfKerasLegacyLossScaleOptimizer(
         # them on as they were: one replica).
         before = [g for g, _ in pairs]
         taken = self._decide(before)
-        inner = self.inner_optimizer
         # As with tf_keras' wrapper, the inner optimizer creates its slots
         # when it first applies a step: eagerly, a skipped first step
-        # creates none.
-        if experimental_aggregate_gradients:
+        # creates none. One that sums the gradients itself gets them
+        # unsummed; the replicas still agree on one verdict (the step).
+        if experimental_aggregate_gradients and not sums_itself:
             pairs = _tf_private.tf_keras_aggregate_gradients(inner, pairs)
         grads, variables = [g for g, _ in pairs], [v for _, v in pairs]
         taken = taken.summed(before, grads)
@@ -257,11 +308,14 @@ class TfKerasLegacyLossScaleOptimizer(
     # The parts `optimizer_lib.LossScaleOptimizer._step` is handed.
 
     def _apply_inner(self, grads: List[Any], variables: List[Any]) -> Any:
-        # Already summed across replicas (or the caller chose not to); the
-        # inner optimizer clips them as it applies them.
+        # Already summed across replicas (or the caller chose not to), or
+        # for an inner optimizer that sums them itself; the inner optimizer
+        # clips them as it applies them.
+        pairs = list(zip(grads, variables))
+        if not _takes_aggregate_flag(self.inner_optimizer):
+            return self.inner_optimizer.apply_gradients(pairs)
         return self.inner_optimizer.apply_gradients(
-            list(zip(grads, variables)),
-            experimental_aggregate_gradients=False)
+            pairs, experimental_aggregate_gradients=False)
 
     def _skip_inner(self) -> Any:
         return self.inner_optimizer.iterations.assign_add(1, read_value=False)

@@ -6,7 +6,10 @@
   of a Keras optimizer) on which the module calls no scaling method becomes
   `tf_lossscale.experimental.LossScaleOptimizer`, TF 2.4's class, which
   applies gradients given without scaling calls as unscaled, as the legacy
-  one did (the current class would take them as scaled on Keras 3);
+  one did (the current class would take them as scaled on Keras 3); one
+  whose module may apply gradients that no scaling call marked (applied in
+  a function apart from the scaling calls, as accumulating trainers do)
+  becomes `tf_lossscale.compat.LossScaleOptimizer`, TF 2.4-2.15's class;
 - `Policy(name, loss_scale=...)`: the loss scale moves to the optimizers
   `compile` wraps;
 - `enable_mixed_precision_graph_rewrite(opt, loss_scale)`: the wrapper TF
@@ -79,19 +82,11 @@ def rewrite_call(ctx: Context, original: cst.Call,
         if name == _EXPERIMENTAL_OPTIMIZER:
             if not ctx.facts.scaling_seen(original):
                 return updated.with_changes(func=dotted(_DEPRECATED))
-            return _optimizer(ctx, original, updated, ("optimizer",))
+            return _current_or_tf24(ctx, original, _optimizer(
+                ctx, original, updated, ("optimizer",)))
         if name == _CURRENT_OPTIMIZER:
-            converted = _optimizer(ctx, original, updated,
-                                   ("inner_optimizer",))
-            if ctx.facts.scaling_seen(original) or (
-                    not ctx.facts.applies_gradients()):
-                return converted
-            # TF 2.4-2.15's class, as the shim binds the name: gradients
-            # applied with no scaling call are taken as given (where the
-            # module applies none, `fit` marks its own: the current class
-            # trains alike).
-            ctx.facts.imports_needed.add("tf_lossscale.compat")
-            return converted.with_changes(func=dotted(_TF24_OPTIMIZER))
+            return _current_or_tf24(ctx, original, _optimizer(
+                ctx, original, updated, ("inner_optimizer",)))
         if name == _LEGACY_POLICY:
             return _policy(ctx, original, updated)
         if name in table.GRAPH_REWRITE:
@@ -102,6 +97,27 @@ def rewrite_call(ctx: Context, original: cst.Call,
     except Unconvertible as e:
         return _left(ctx, original, updated, name or "", str(e))
     return updated
+
+
+def _current_or_tf24(ctx: Context, original: cst.Call,
+                     converted: cst.Call) -> cst.Call:
+    """`converted` (the current class), or TF 2.4-2.15's class with the
+    same arguments where gradients no scaling call marked may reach its
+    `apply_gradients`.
+
+    TF 2.4-2.15's class (what the shim binds the name to) applies them as
+    given, always; the current one takes them as scaled until
+    `get_unscaled_gradients` has first run, which a `tf.function` traced
+    before cannot know. Where the module applies no gradients, `fit` marks
+    its own and the current class trains alike; where every
+    `apply_gradients` follows a scaling call in its function, so does it.
+    """
+    if not ctx.facts.applies_gradients() or (
+            ctx.facts.scaling_seen(original)
+            and not ctx.facts.applies_unmarked(original)):
+        return converted
+    ctx.facts.imports_needed.add("tf_lossscale.compat")
+    return converted.with_changes(func=dotted(_TF24_OPTIMIZER))
 
 
 def _is_method(call: cst.Call, method: str) -> bool:
@@ -257,7 +273,8 @@ def _rewrite_wrapper(ctx: Context, original: cst.Call, updated: cst.Call,
     if kind is Kind.KERAS_OPTIMIZER:
         extra = [] if i is None else loss_scale_args.optimizer_args(
             original.args[i].value, updated.args[i].value, ctx.name_of)
-        return _call(_OPTIMIZER, [cst.Arg(opt), *extra])
+        return _current_or_tf24(ctx, original,
+                                _call(_OPTIMIZER, [cst.Arg(opt), *extra]))
     if kind is Kind.V1_OPTIMIZER:
         loss_scale = (updated.args[i].value if i is not None
                       else cst.SimpleString("'dynamic'"))

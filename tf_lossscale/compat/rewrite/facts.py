@@ -72,6 +72,9 @@ _LOSS_SCALE_KINDS = (Kind.LOSS_SCALE_OPTIMIZER, Kind.EXPERIMENTAL_OPTIMIZER)
 _EXPERIMENTAL_OPTIMIZER = (
     "tensorflow.keras.mixed_precision.experimental.LossScaleOptimizer")
 _SCALING_METHODS = ("get_scaled_loss", "get_unscaled_gradients", "minimize")
+# The methods that mark the gradients an `apply_gradients` after them in the
+# same function gets (`minimize` marks only its own).
+_MARKING_METHODS = ("get_scaled_loss", "get_unscaled_gradients")
 _LEGACY_SET_POLICY = "tensorflow.keras.mixed_precision.experimental.set_policy"
 
 
@@ -418,6 +421,7 @@ class Facts(CompileScalingFacts):
         self._orders: Dict[Binding, List[int]] = {}
         self._scaled: Optional[Set[Binding]] = None
         self._applies: Optional[bool] = None
+        self._unmarked: Optional[List[cst.Call]] = None
         self._model_scaling: List[cst.Call] = []
         self._legacy_policy: Optional[bool] = None
 
@@ -591,6 +595,61 @@ class Facts(CompileScalingFacts):
                 and c.func.attr.value == "apply_gradients"
                 for c in self._syntax.calls)
         return self._applies
+
+    def applies_unmarked(self, call: cst.Call) -> bool:
+        """True if what `call` makes may reach an `apply_gradients` in a
+        function that calls neither `get_scaled_loss` nor
+        `get_unscaled_gradients`.
+
+        There its gradients come unmarked: unscaled and accumulated in one
+        `tf.function`, applied in another (OpenNMT-tf, ALBERT pretraining).
+        TF 2.4-2.15's class applied them as given; the current class does
+        so only once `get_unscaled_gradients` has run, which a trace of the
+        apply made before that cannot know. An `apply_gradients` counts
+        unless its receiver is bound only to other things the module makes
+        (another optimizer): a parameter, `self.x` or an unknown call's
+        result may be this one.
+        """
+        return any(isinstance(apply.func, cst.Attribute) and self._may_hold(
+            apply.func.value, call, frozenset())
+            for apply in self._unmarked_applies())
+
+    def _unmarked_applies(self) -> List[cst.Call]:
+        """The `x.apply_gradients(...)` calls in a scope (function, class
+        body, module) with no `get_scaled_loss` / `get_unscaled_gradients`
+        call, found once."""
+        if self._unmarked is None:
+            marked: Set[int] = set()
+            applies: List[cst.Call] = []
+            for other in self._syntax.calls:
+                func = other.func
+                if not isinstance(func, cst.Attribute):
+                    continue
+                if func.attr.value in _MARKING_METHODS:
+                    marked.add(self._scope(other))
+                elif func.attr.value == "apply_gradients":
+                    applies.append(other)
+            self._unmarked = [a for a in applies
+                              if self._scope(a) not in marked]
+        return self._unmarked
+
+    def _scope(self, node: cst.CSTNode) -> int:
+        position = self._syntax.positions.get(id(node))
+        return _MODULE if position is None else position[2]
+
+    def _may_hold(self, node: cst.BaseExpression, call: cst.Call,
+                  seen: FrozenSet[int]) -> bool:
+        """True if `node` may be what `call` makes."""
+        if node is call:
+            return True
+        if isinstance(node, (cst.Name, cst.Attribute)):
+            if id(node) in seen:
+                return False
+            values = self.reaching(node)
+            return not values or any(
+                self._may_hold(v, call, seen | {id(node)}) for v in values)
+        return not isinstance(node, cst.Call) or (
+            self.kind(node) is Kind.UNKNOWN)
 
     def model_optimizer_scaling_calls(self) -> List[cst.Call]:
         """`<x>.optimizer.get_scaled_loss(...)` and the like: calls of the
