@@ -63,3 +63,39 @@ def test_importing_after_keras_is_aliased_to_tf_keras_trains_as_before():
     # tf_keras counts a skipped step in `iterations`, as its own wrapper.
     assert after["iterations"] == 3
     assert after == before
+
+
+SUBCLASS_PROGRAM = """
+import json, sys, types
+import tf_lossscale
+import tf_keras
+# A module of the user's (as Model Garden's official.modeling.optimization
+# is): its optimizer class comes from no Keras package itself.
+user = types.ModuleType("user_optimizers")
+sys.modules["user_optimizers"] = user
+exec("import tf_keras\\n"
+     "class Averaged(tf_keras.optimizers.{family}SGD):\\n"
+     "    pass\\n", user.__dict__)
+loaded = "tf_lossscale.tf_keras_optimizer" in sys.modules
+opt = tf_lossscale.LossScaleOptimizer(user.Averaged(0.5), initial_scale=4.0)
+print(json.dumps({{"loaded_before": loaded,
+                   "flavour": type(opt).__name__,
+                   "scale": float(opt.loss_scale)}}))
+"""
+
+
+@pytest.mark.parametrize("family, flavour", [
+    ("legacy.", "TfKerasLegacyLossScaleOptimizer"),
+    ("", "TfKerasLossScaleOptimizer")], ids=["legacy", "current"])
+def test_a_subclass_in_a_user_module_finds_the_tf_keras_flavour(family,
+                                                                 flavour):
+    """The flavours of tf_keras load when first needed: also for an
+    optimizer class whose own module is the user's, through its bases."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    done = subprocess.run(
+        [sys.executable, "-c", SUBCLASS_PROGRAM.format(family=family)],
+        capture_output=True, text=True, timeout=300, env=env, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result == {"loaded_before": False, "flavour": flavour,
+                      "scale": 4.0}

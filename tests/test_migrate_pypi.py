@@ -5,27 +5,18 @@ Garden) and 2.3.0 (TF 2.3's, the experimental mixed-precision API), every
 crash, the exit code, the files written and each reported `file:line` as
 listed here, every written file compiles, and a second run changes nothing.
 
-The wheels are downloaded with pip (no dependencies) into a cache folder
-(`TF_LOSSSCALE_CACHE`, default `~/.cache/tf_lossscale`), never committed.
-CI reaches PyPI, so there a failed download fails the test; elsewhere it
-is skipped with the reason. tests/test_migrate_repository.py runs the same
+The wheels are downloaded by `tests/_pypi_wheels.py` (cached, never
+committed; a failed download fails the test under CI, skips it elsewhere). tests/test_migrate_repository.py runs the same
 checks over whole git snapshots of tensorflow/models where there is one.
 """
 
-import os
-import subprocess
-import sys
-import zipfile
-from pathlib import Path
-
 import pytest
 from _migrate_tree import reported as _reported
+from _pypi_wheels import python_files, wheel
 
 from tf_lossscale.compat import migrate
 
 PACKAGE = "tf-models-official"
-CACHE = Path(os.environ.get("TF_LOSSSCALE_CACHE",
-                            Path.home() / ".cache" / "tf_lossscale"))
 
 # version -> (.py files in the wheel, exit code, files written, the
 # reported `file:line`s of the first run, how many the second run reports:
@@ -46,52 +37,12 @@ EXPECTED = {
 }
 
 
-def _unavailable(message):
-    """Skips where the wheel cannot be had; fails under CI, which must
-    run this test."""
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(message + "; CI must run the PyPI migrate test")
-    pytest.skip(message)
-
-
-def _wheel(version):
-    """The wheel's path, downloaded once into CACHE."""
-    folder = CACHE / "pypi"
-    pattern = f"{PACKAGE.replace('-', '_')}-{version}-*.whl"
-    found = sorted(folder.glob(pattern))
-    if not found:
-        folder.mkdir(parents=True, exist_ok=True)
-        try:
-            result = subprocess.run(
-                [sys.executable, "-m", "pip", "download", "--no-deps",
-                 "--only-binary=:all:", "--disable-pip-version-check",
-                 "-d", str(folder), f"{PACKAGE}=={version}"],
-                capture_output=True, text=True, timeout=600)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            _unavailable(f"pip download {PACKAGE}=={version} failed: {e}")
-        found = sorted(folder.glob(pattern))
-        if result.returncode != 0 or not found:
-            _unavailable(f"pip download {PACKAGE}=={version} failed "
-                         f"(exit {result.returncode}): "
-                         f"{result.stderr.strip()[-1000:]}")
-    return found[0]
-
-
-def _python_files(wheel, into):
-    """Extracts the wheel's .py files under `into`; how many."""
-    with zipfile.ZipFile(wheel) as archive:
-        names = [n for n in archive.namelist() if n.endswith(".py")]
-        for name in names:
-            archive.extract(name, into)
-    return len(names)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("version", sorted(EXPECTED))
 def test_model_garden_from_pypi_is_migrated(version, tmp_path, capsys,
                                             monkeypatch):
     files, code, written, reported, again = EXPECTED[version]
-    assert _python_files(_wheel(version), tmp_path) == files
+    assert python_files(wheel(PACKAGE, version), tmp_path) == files
     monkeypatch.chdir(tmp_path)
     assert migrate.run(["."], write=True) == code
     out, err = capsys.readouterr()

@@ -30,6 +30,7 @@ __all__ = [
     "joined",
     "legacy_keras_requested",
     "load_flavours",
+    "load_flavours_for",
     "register",
     "reject_loss_scale_optimizer",
     "type_name",
@@ -110,6 +111,19 @@ def load_flavours(package: Optional[str]) -> bool:
         if (package is None or name == package) and module not in sys.modules:
             importlib.import_module(module)
             loaded = True
+    return loaded
+
+
+def load_flavours_for(inner_optimizer: Any) -> bool:
+    """Imports the modules serving the packages `inner_optimizer`'s class
+    and its bases come from: a user's (or Model Garden's) subclass of a
+    tf_keras optimizer, defined in a module of its own, is served by the
+    tf_keras flavours."""
+    packages = dict.fromkeys(cls.__module__.split(".")[0]
+                             for cls in type(inner_optimizer).__mro__)
+    loaded = False
+    for package in packages:
+        loaded = load_flavours(package) or loaded
     return loaded
 
 

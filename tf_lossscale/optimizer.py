@@ -274,8 +274,8 @@ class LossScaleOptimizer:
             for accepts, flavour in flavour_registry.flavours_of(cls):
                 if accepts(inner_optimizer):
                     return flavour
-            package = type(inner_optimizer).__module__.split(".")[0]
-            if attempt or not flavour_registry.load_flavours(package):
+            if attempt or not flavour_registry.load_flavours_for(
+                    inner_optimizer):
                 break
         # Under tf_keras, tf_keras' own sentence first, so code matching
         # its message still does (Keras 3 has no message of its own here).
