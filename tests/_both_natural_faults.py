@@ -14,13 +14,13 @@ Dropout keeps its seed), the fact is in a table keyed by `flavour.name`.
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 import _natural_faults as nf
 import numpy as np
 import pytest
 import tensorflow as tf
-from _flavours import Flavour
+from _flavours import Flavour, replica_values
 
 import tf_lossscale
 from tf_lossscale import backprop_order, deep_look
@@ -357,6 +357,122 @@ def test_the_deep_look_under_fit_changes_nothing(flavour, jit_compile):
         "input batch" for step in (1, 5)], deep
     assert not [line for line in monitors[1].lines
                 if line.startswith("deep look")]
+
+
+# --- The deep look under MirroredStrategy (two replicas) ---------------------
+
+# The deep look's lines (Keras 3's name-scope suffixes taken out) under a
+# two-replica MirroredStrategy. Keras 3's record names the replica whose
+# gradients were non-finite, whose batch is replayed and makes the fault;
+# tf_keras' names replica 0 for a fault on either (it sums the replicas'
+# gradients before its check), so on replica 1's fault the look replays
+# replica 0's batch, finds it finite, and goes on to replica 1's.
+STAYED_FINITE = {"keras3": "", "tf_keras": " (replica 0's stayed finite)"}
+# The ops where replica 0's and replica 1's big inputs overflow in `l1`'s
+# backward pass: its kernel's gradient (a matmul summing over the rows),
+# and on replica 1 its bias's too (the sum over the rows), which run side
+# by side, so either check may fail first.
+L1_OVERFLOW = {
+    0: ["MatMul (float16) gradient_tape/net/l1/MatMul/MatMul_1 in the "
+        "backward pass, layer l1"],
+    1: ["MatMul (float16) gradient_tape/net/l1/MatMul/MatMul_1 in the "
+        "backward pass, layer l1",
+        "BiasAddGrad (float16) gradient_tape/net/l1/BiasAdd/BiasAddGrad in "
+        "the backward pass, layer l1, fed by gradient_tape/net/l1/ReluGrad"]}
+
+
+def mirrored_look(flavour: Flavour, fault: str, replica: int,
+                  step: int = 0) -> List[str]:
+    """The lines the deep look may print at a fault on `replica`."""
+    before = STAYED_FINITE[flavour.name] if replica else ""
+    head = (f"deep look at step {step}, replica {replica}'s batch{before}: "
+            "first NaN/Inf: ")
+    if fault == "nan":
+        return [f"{head}Cast (float16) {CAST_OF_THE_INPUT[flavour.name]}, "
+                "fed by the input batch"]
+    return [head + op for op in L1_OVERFLOW[replica]]
+
+
+def _mirrored_fault(fault: str, replica: int) -> Tuple[np.ndarray,
+                                                       np.ndarray, float]:
+    """Two batches of 16 whose first has a fault only on `replica`'s half
+    (fit gives each replica 8 rows): an input row with a NaN, or inputs 100
+    times larger, whose output gradient overflows float16 at 2^12 where
+    the other half's does not; and the initial scale."""
+    half = nf.BATCH // 2
+    if fault == "nan":
+        return (*nf.data(nan_row=replica * half + 2), 2.0**10)
+    rows = slice(replica * half, (replica + 1) * half)
+    return (*nf.data(big_rows=rows, big=100.0), 2.0**12)
+
+
+@pytest.mark.parametrize("fault,replica", [("overflow", 0), ("overflow", 1),
+                                           ("nan", 1)])
+def test_the_deep_look_under_mirrored_strategy_replays_the_faulty_replica(
+        flavour, mirrored_strategy, fault, replica):
+    """`fit` under a two-replica MirroredStrategy: the deep look replays
+    the batch of the replica the fault was on and names the op, its
+    layer and its pass, as on one replica. (Without XLA: neither Keras'
+    `jit_compile=True` fit runs under a MirroredStrategy of two CPUs.)"""
+    x, y, scale = _mirrored_fault(fault, replica)
+    with mirrored_strategy.scope():
+        model = nf.small_mlp(flavour.keras)
+        opt, monitor = fit_with_monitor(flavour, model, x, y, scale, False,
+                                        deep_look=True)
+    assert (opt.last_skip.step, int(opt.skipped_steps)) == (0, 1)
+    assert len(monitor.lines) == 2, monitor.lines
+    assert deep_look_line(flavour, monitor.lines[1]) in mirrored_look(
+        flavour, fault, replica), monitor.lines
+    assert monitor._kept is None
+    assert "train_step" not in vars(model)
+
+
+def _mirrored_state(flavour: Flavour, model: Any, opt: Any
+                    ) -> List[np.ndarray]:
+    """Every replica's value of every variable training carries: the
+    model's, the Dropout's seed state, the optimizer's (slots,
+    `iterations`, the scale), the metrics' (the compiled loss's too)."""
+    seed = SEED_STATE[flavour.name](model.get_layer("drop"))
+    variables = (list(model.variables) + [seed]
+                 + list(OPTIMIZER_VARIABLES[flavour.name](opt))
+                 + [v for m in model.metrics for v in m.variables])
+    return [value for v in variables for value in replica_values(v)]
+
+
+def test_the_deep_look_under_mirrored_strategy_changes_nothing(
+        flavour, mirrored_strategy):
+    """Two runs of fit under MirroredStrategy from the same seed, one with
+    the deep look: a NaN in a row of replica 1's half of batches 1 and 5
+    (two looks), a Dropout drawing on every replica in every step, a
+    metric; afterwards every replica's value of every variable is equal
+    (weights, slots, scale, `iterations`, seed state, metrics)."""
+    k = flavour.keras
+    x, y = nf.data(nan_row=nf.BATCH + nf.BATCH // 2 + 1, rows=4 * nf.BATCH)
+    states, monitors = [], []
+    for look in (True, False):
+        k.utils.set_random_seed(0)
+        with mirrored_strategy.scope():
+            model = nf.dropout_mlp(k, **DROPOUT_ARGUMENTS[flavour.name])
+            opt = tf_lossscale.LossScaleOptimizer(
+                k.optimizers.Adam(1e-2), initial_scale=2.0**10)
+            model.compile(optimizer=opt, loss="mse", metrics=["mae"])
+        monitor = tf_lossscale.LossScaleMonitor(report=False,
+                                                deep_look=look)
+        model.fit(x, y, batch_size=nf.BATCH, epochs=2, shuffle=False,
+                  verbose=0, callbacks=[monitor])
+        states.append(_mirrored_state(flavour, model, opt))
+        monitors.append(monitor)
+        iterations = int(replica_values(opt.iterations)[0])
+        assert (float(opt.loss_scale), iterations, int(opt.skipped_steps)
+                ) == (2.0**8, 8, 2)
+    looked, plain = states
+    assert len(looked) == len(plain) > 2 * len(model.variables)
+    for before, after in zip(looked, plain):
+        np.testing.assert_array_equal(before, after)
+    deep = [deep_look_line(flavour, line) for line in monitors[0].lines
+            if line.startswith("deep look")]
+    assert deep == [mirrored_look(flavour, "nan", 1, step)[0]
+                    for step in (1, 5)], deep
 
 
 # What a module of each side imports to run the tests above.

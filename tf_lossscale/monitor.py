@@ -38,7 +38,10 @@ gradient_tape/net/Cast_1/Cast in the backward pass, layer out, fed by
 ...`. For that the train step hands its batch back with its logs while
 `fit` runs (`deep_look.KeptBatch`: no op, no copy); the replay runs only
 after a skipped step and changes nothing (variables, optimizer slots, the
-scale, `iterations`, the random state). One device only.
+scale, `iterations`, the random state). Under `MirroredStrategy` each
+replica hands back its own batch, and the replay is of the batch of the
+replica the record names (`deep look at step 0, replica 1's batch: ...`);
+under other strategies of several replicas none is kept (the line says so).
 
 With `max_consecutive_skips=K` it stops training after K skipped steps in a
 row and warns once: a scale that keeps falling while every step is skipped
@@ -101,8 +104,9 @@ class LossScaleMonitor(keras.callbacks.Callback):
       deep_look: on the first skipped step of a run, replay its batch with
         numeric checks on and say which op made the first NaN or Inf (its
         layer, forward or backward pass). Off by default; costs nothing
-        until a step is skipped. Not under a distribution strategy of more
-        than one replica (the line says so).
+        until a step is skipped. On one replica or under
+        `MirroredStrategy` (the batch of the replica the record names);
+        not under other strategies of several replicas (the line says so).
 
     Raises:
       ValueError: `max_consecutive_skips` is not None or an int >= 1.
@@ -122,6 +126,7 @@ class LossScaleMonitor(keras.callbacks.Callback):
         self.deep_look = deep_look
         self._kept: Optional[deep_look_lib.KeptBatch] = None
         self._kept_said = False
+        self._unkept: Optional[str] = None  # Why no batch is kept.
         self.report = report
         self.print_fn = print_fn
         self.lines: List[str] = []  # What it printed, in order.
@@ -178,7 +183,8 @@ class LossScaleMonitor(keras.callbacks.Callback):
                 LOGGED_KEYS)
         if self.deep_look:
             self._kept = deep_look_lib.KeptBatch()
-            if not self._kept.install(self.model):
+            self._unkept = self._kept.install(self.model)
+            if self._unkept is not None:
                 self._kept = None
 
     def on_train_end(self, logs: Optional[Dict[str, Any]] = None) -> None:
@@ -251,23 +257,36 @@ class LossScaleMonitor(keras.callbacks.Callback):
 
     def _look(self, record: skip_record.SkipRecord, iterations: int) -> None:
         """The deep look at the skipped step, if it was the batch's last
-        (its batch is the one kept)."""
+        (its batch is the one kept): the batch of the replica the record
+        names, then, if the replay stayed finite and other replicas saw a
+        non-finite gradient too, theirs in turn (tf_keras sums the
+        replicas' gradients before the check, so every replica sees one
+        and the record names replica 0 whichever batch made it)."""
         kept = self._kept
-        if kept is None or kept.batch is None:
+        if kept is None:
             if not self._kept_said:
                 self._kept_said = True
-                self._say("deep look: no batch kept (fit under a "
-                          "distribution strategy of more than one replica)")
+                self._say(f"deep look: no batch kept ({self._unkept})")
             return
         if record.step != iterations - 1:
             return  # An earlier step of the batch (steps_per_execution).
-        found = deep_look_lib.replay_batch(self.model, kept.batch,
-                                           record.scale)
-        self._say(f"deep look at step {record.step}: "
-                  + (found.describe() if found is not None else
-                     "every value was finite in the replay (the fault "
-                     "depends on a random draw, or came from another "
-                     "step)"))
+        order = [record.replica] + sorted(
+            r for r in kept.batches
+            if r != record.replica and record.replicas > 1)
+        order = [r for r in order if r in kept.batches]
+        if not order:
+            self._say(f"deep look at step {record.step}: no batch of "
+                      f"replica {record.replica} kept")
+            return
+        found, tried = None, []
+        for replica in order:
+            tried.append(replica)
+            found = deep_look_lib.replay_batch(
+                self.model, kept.batches[replica], record.scale)
+            if found is not None:
+                break
+        self._say(_look_line(record.step, tried, found,
+                             several=len(kept.batches) > 1))
 
     def _say(self, line: str) -> None:
         self.lines.append(line)
@@ -333,3 +352,30 @@ def _tf_keras_progress_bars(callback: Any) -> List[Any]:
                         if isinstance(c, progbar_type)]
         frame = frame.f_back
     return []
+
+
+def _look_line(step: int, tried: List[int],
+               found: Optional[deep_look_lib.NonFiniteOp],
+               several: bool) -> str:
+    """The deep look's line: `deep look at step 0: first NaN/Inf: ...`;
+    with several replicas, whose batch it replayed (`, replica 1's batch
+    (replica 0's stayed finite)`)."""
+    where = ""
+    if several and found is not None:
+        finite = tried[:-1]
+        before = (f" ({_replicas_text(finite)}'s stayed finite)"
+                  if finite else "")
+        where = f", replica {tried[-1]}'s batch{before}"
+    elif several:
+        where = f", {_replicas_text(tried)}'s batch"
+    what = (found.describe() if found is not None else
+            "every value was finite in the replay (the fault depends on a "
+            "random draw, or came from another step)")
+    return f"deep look at step {step}{where}: {what}"
+
+
+def _replicas_text(replicas: List[int]) -> str:
+    """`replica 0`, or `replicas 0, 2`."""
+    if len(replicas) == 1:
+        return f"replica {replicas[0]}"
+    return f"replicas {', '.join(map(str, replicas))}"
