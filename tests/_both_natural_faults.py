@@ -275,13 +275,70 @@ def test_the_deep_look_under_fit_names_the_cast_into_l11_backward(
     assert monitor.lines[0].startswith(
         "step 0 skipped on replica 0: Inf entered at l11 in the backward ")
     assert deep_look_line(flavour, monitor.lines[1]) == (
-        "deep look at step 0: first NaN/Inf: Cast (float16) "
+        "deep look at step 0: first Inf: Cast (float16) "
         f"{CAST_INTO_L11[flavour.name]} in the backward pass, layer out, "
-        "fed by gradient_tape/net/out/MatMul/MatMul")
+        "fed by gradient_tape/net/out/MatMul/MatMul; finite at scale 1: "
+        "float16 overflow")
     # Two steps, both skipped, one run: one deep look; fit's own train
     # step and train function are back.
     assert (int(opt.skipped_steps), int(opt.iterations)) == (2, 2)
     assert monitor._kept is None
+
+
+@JIT
+@pytest.mark.parametrize("net", ["conv", "lstm"])
+def test_the_deep_look_says_inf_entered_where_the_gradients_hold_nan(
+        flavour, jit_compile, net):
+    """At the conv net's and the LSTM's overflow the source layer's own
+    gradients hold NaN only (c3's filter gradients, lstm1's kernels sum
+    Inf x 0 and Inf - Inf): the optimizer's record says NaN entered there
+    (above), having nothing else to go by. With the deep look, whose first
+    non-finite op (the cast of `out`'s input gradient to float16) held an
+    Inf and whose replay at scale 1 was finite, the monitor's line says
+    Inf: float16 overflow."""
+    build, inputs, source = {
+        "conv": (nf.conv, nf.images, "c3"),
+        "lstm": (nf.lstm, nf.sequences, "lstm1/lstm_cell")}[net]
+    x, y = nf.data()
+    opt, monitor = fit_with_monitor(flavour, build(flavour.keras), inputs(x),
+                                    y, 2.0**30, jit_compile, deep_look=True)
+    assert (opt.last_skip.source, opt.last_skip.source_kind) == (source,
+                                                                 "NaN")
+    assert len(monitor.lines) == 2, monitor.lines
+    assert monitor.lines[0].startswith(
+        f"step 0 skipped on replica 0: Inf entered at {source} in the "
+        "backward pass (the loss was finite); "), monitor.lines
+    assert deep_look_line(flavour, monitor.lines[1]) == (
+        "deep look at step 0: first Inf: Cast (float16) "
+        f"{CAST_INTO_L11[flavour.name]} in the backward pass, layer out, "
+        f"fed by gradient_tape/net/out/MatMul/MatMul{SCALE_ONE_FINITE}")
+
+
+# Where the norm's gradient is: Keras 3 computes a compiled loss in a
+# `compile_loss` name scope.
+NORM_GRADIENT = {"keras3": "gradient_tape/compile_loss/norm_loss/norm",
+                 "tf_keras": "gradient_tape/norm_loss/norm"}
+
+
+@JIT
+def test_a_real_backward_nan_stays_nan_with_the_deep_look(flavour,
+                                                          jit_compile):
+    """The norm of a zero output: a finite loss whose gradient is a real
+    NaN at any scale (the sqrt's gradient at 0 is +Inf, times 0). Its first
+    op held an Inf too, but the replay at scale 1 is not finite either, so
+    the line keeps NaN and the look says it is not overflow."""
+    opt, monitor = fit_with_monitor(
+        flavour, nf.small_mlp(flavour.keras, zero_output=True), *nf.data(),
+        2.0**10, jit_compile, loss=nf.norm_loss, deep_look=True)
+    assert (opt.last_skip.origin, opt.last_skip.source_kind) == (
+        "backward", "NaN")
+    assert monitor.lines == [
+        "step 0 skipped on replica 0: NaN entered at out in the backward "
+        "pass (the loss was finite); 6 of 6 gradients non-finite, out .. l0;"
+        " scale 2^10 -> 2^9",
+        "deep look at step 0: first Inf: SqrtGrad (float32) "
+        f"{NORM_GRADIENT[flavour.name]}/SqrtGrad in the backward pass; "
+        "non-finite at scale 1 too: not overflow"]
 
 
 # Per flavour: the Dropout's arguments that give it a seed state variable
@@ -352,7 +409,7 @@ def test_the_deep_look_under_fit_changes_nothing(flavour, jit_compile):
     deep = [line for line in monitors[0].lines
             if line.startswith("deep look")]
     assert [deep_look_line(flavour, line) for line in deep] == [
-        f"deep look at step {step}: first NaN/Inf: Cast (float16) "
+        f"deep look at step {step}: first NaN: Cast (float16) "
         f"{CAST_OF_THE_INPUT[flavour.name]}, fed by the "
         "input batch" for step in (1, 5)], deep
     assert not [line for line in monitors[1].lines
@@ -379,18 +436,20 @@ L1_OVERFLOW = {
         "backward pass, layer l1",
         "BiasAddGrad (float16) gradient_tape/net/l1/BiasAdd/BiasAddGrad in "
         "the backward pass, layer l1, fed by gradient_tape/net/l1/ReluGrad"]}
+# What the look adds after a backward op: the replay at scale 1 was finite.
+SCALE_ONE_FINITE = "; finite at scale 1: float16 overflow"
 
 
 def mirrored_look(flavour: Flavour, fault: str, replica: int,
                   step: int = 0) -> List[str]:
     """The lines the deep look may print at a fault on `replica`."""
     before = STAYED_FINITE[flavour.name] if replica else ""
-    head = (f"deep look at step {step}, replica {replica}'s batch{before}: "
-            "first NaN/Inf: ")
+    head = f"deep look at step {step}, replica {replica}'s batch{before}: "
     if fault == "nan":
-        return [f"{head}Cast (float16) {CAST_OF_THE_INPUT[flavour.name]}, "
-                "fed by the input batch"]
-    return [head + op for op in L1_OVERFLOW[replica]]
+        return [f"{head}first NaN: Cast (float16) "
+                f"{CAST_OF_THE_INPUT[flavour.name]}, fed by the input batch"]
+    return [f"{head}first Inf: {op}{SCALE_ONE_FINITE}"
+            for op in L1_OVERFLOW[replica]]
 
 
 def _mirrored_fault(fault: str, replica: int) -> Tuple[np.ndarray,

@@ -13,7 +13,11 @@ variable the replay writes (a Dropout's seed generator, a BatchNormalization's
 moving statistics, a compiled loss's metrics) is put back as it was, so
 the random state stays as if it had not run; the replay's own draws may
 differ from the step's, so a fault that depends on the draw may not come
-back.
+back. An op of the backward pass found at a scale above 1 is replayed once
+more at scale 1: finite there, the scale made the NaN or Inf (float16
+overflow, which the back-off cures); not, it is a real one (the gradient
+of a sqrt or a division at 0). The op's own kind cannot tell them: the
+gradient of `sqrt` at 0 is +Inf as surely as an overflowing cast is.
 
 Under a `tf.distribute` strategy of several replicas (`strategy=`) the
 replay runs as the step ran, through `strategy.run` in a replica context
@@ -69,6 +73,15 @@ class NonFiniteOp:
       layer: the model's layer whose name scope holds the op (or, for an
         op between layers, its input's), when the replay knew the model
         (`replay_batch`); else None.
+      kind: what its output held: "Inf", "NaN" or "NaN and Inf" (the
+        check counts -Inf, +Inf and NaN apart), "NaN/Inf" if not known.
+      overflow: for an op of the backward pass replayed at a scale above
+        1, whether the same replay at scale 1 was finite everywhere: True,
+        the scale made the non-finite values (float16 overflow, which the
+        back-off cures); False, they come at scale 1 too (a real NaN or
+        Inf: the gradient of a sqrt or division at 0, which no scale
+        cures). None where not replayed (the forward pass, which the scale
+        does not reach, or a scale of 1 or less).
     """
 
     op: str
@@ -77,25 +90,42 @@ class NonFiniteOp:
     input: Optional[str]
     dtype: str
     layer: Optional[str] = None
+    kind: str = "NaN/Inf"
+    overflow: Optional[bool] = None
 
     def describe(self) -> str:
-        """`first NaN/Inf: Cast (float16) gradient_tape/net/Cast_1/Cast in
-        the backward pass, fed by gradient_tape/net/out/MatMul/MatMul`
-        (with `, layer out` after the pass when the layer is known)."""
+        """`first Inf: Cast (float16) gradient_tape/net/Cast_1/Cast in
+        the backward pass, fed by gradient_tape/net/out/MatMul/MatMul;
+        finite at scale 1: float16 overflow` (with `, layer out` after the
+        pass when the layer is known)."""
         fed = f", fed by {self.input}" if self.input else ""
         where = "backward" if self.backward else "forward"
         layer = f", layer {self.layer}" if self.layer else ""
-        return (f"first NaN/Inf: {self.op_type} ({self.dtype}) {self.op} in "
-                f"the {where} pass{layer}{fed}")
+        return (f"first {self.kind}: {self.op_type} ({self.dtype}) {self.op} "
+                f"in the {where} pass{layer}{fed}{_OVERFLOW[self.overflow]}")
 
     def __str__(self) -> str:
         return self.describe()
 
 
+# What `describe` says of `overflow`.
+_OVERFLOW = {None: "", True: "; finite at scale 1: float16 overflow",
+             False: "; non-finite at scale 1 too: not overflow"}
+
 _NODE = re.compile(r"Detected at node '?([^\s']+?)/CheckNumerics(?:V2)?'? ")
 _TYPE = re.compile(r'graph op "([^"]+)"')
 _DTYPE = re.compile(r"dtype: <dtype: '([^']+)'>")
 _INPUT = re.compile(r'Input tensor: Tensor\("([^":]+)')
+_HAD = re.compile(r"Tensor had ([-+A-Za-z ]+) values")
+
+
+def _kind(message: str) -> str:
+    """"Inf", "NaN" or "NaN and Inf" from the check's `Tensor had -Inf
+    and +Inf values`, or "NaN/Inf"."""
+    had = _HAD.search(message)
+    text = had.group(1) if had else ""
+    found = [k for k in ("NaN", "Inf") if k in text]
+    return " and ".join(found) or "NaN/Inf"
 
 
 def parse(message: str) -> Optional[NonFiniteOp]:
@@ -112,7 +142,7 @@ def parse(message: str) -> Optional[NonFiniteOp]:
         backward=name.startswith("gradient_tape/")
         or "/gradient_tape/" in name,
         input=_REPLICA_SCOPE.sub("", feed.group(1)) if feed else None,
-        dtype=dtype.group(1) if dtype else "?")
+        dtype=dtype.group(1) if dtype else "?", kind=_kind(message))
 
 
 def _replicas(strategy: Any) -> int:
@@ -125,7 +155,9 @@ def first_nonfinite_op(loss_fn: Callable[..., Any],
                        strategy: Optional[tf.distribute.Strategy] = None
                        ) -> Optional[NonFiniteOp]:
     """Replays `loss_fn` and its gradients at `scale`; the first op that
-    made a NaN or Inf, or None if every value was finite.
+    made a NaN or Inf, or None if every value was finite. An op of the
+    backward pass at a scale above 1 is replayed once more at scale 1,
+    which says whether the scale made it (`NonFiniteOp.overflow`).
 
     Args:
       loss_fn: computes the step's (unscaled) loss from its batch, e.g.
@@ -143,6 +175,17 @@ def first_nonfinite_op(loss_fn: Callable[..., Any],
         own metrics and moving statistics). Give the batch of the replica
         whose step to replay.
     """
+    found = _replay(loss_fn, variables, scale, inputs, strategy)
+    if found is None or not found.backward or not scale > 1.0:
+        return found
+    again = _replay(loss_fn, variables, 1.0, inputs, strategy)
+    return dataclasses.replace(found, overflow=again is None)
+
+
+def _replay(loss_fn: Callable[..., Any], variables: Sequence[Any],
+            scale: float, inputs: Any, strategy: Any
+            ) -> Optional[NonFiniteOp]:
+    """`first_nonfinite_op` at one scale."""
 
     def on_replica(*batch: Any) -> Any:
         with tf.GradientTape() as tape:

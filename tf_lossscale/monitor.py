@@ -33,9 +33,12 @@ step, 0 if none was) go into `logs` too.
 With `deep_look=True` (off by default) the first skipped step of a run
 is replayed with TensorFlow's numeric checks on (`deep_look`), and one
 more line names the first op that made a NaN or Inf, its layer and its
-pass, e.g. `deep look at step 0: first NaN/Inf: Cast (float16)
+pass, e.g. `deep look at step 0: first Inf: Cast (float16)
 gradient_tape/net/Cast_1/Cast in the backward pass, layer out, fed by
-...`. For that the train step hands its batch back with its logs while
+...; finite at scale 1: float16 overflow` (replayed at scale 1 too: the
+scale made it). Where that finds overflow but the source layer's
+gradients hold NaN only (a convolution's, an LSTM's), the first line says
+`Inf entered` (`SkipRecord.entered`), not the record's NaN. For that the train step hands its batch back with its logs while
 `fit` runs (`deep_look.KeptBatch`: no op, no copy); the replay runs only
 after a skipped step and changes nothing (variables, optimizer slots, the
 scale, `iterations`, the random state). Under `MirroredStrategy` each
@@ -51,6 +54,7 @@ overflow.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import types
 import warnings
@@ -244,9 +248,13 @@ class LossScaleMonitor(keras.callbacks.Callback):
         at_floor = optimizer.dynamic and record.scale <= max(
             optimizer.min_scale, settings_lib.SMALLEST_NORMAL_FLOAT32)
         if starts:
-            self._say(f"{record}{_change(record.scale, scale)}")
-            if self.deep_look:
-                self._look(record, iterations)
+            looked = self._look(record, iterations) if self.deep_look else None
+            shown = record
+            if looked is not None and _overflow_entered(record, looked[1]):
+                shown = dataclasses.replace(record, entered="Inf")
+            self._say(f"{shown}{_change(record.scale, scale)}")
+            if looked is not None:
+                self._say(looked[0])
         if at_floor and not self._floor_said and record.streak > 1:
             self._floor_said = True
             self._say(
@@ -255,29 +263,30 @@ class LossScaleMonitor(keras.callbacks.Callback):
                 f"({skip_record.scale_text(record.scale)}): "
                 f"{record.verdict_at_floor()}; last: {record.summary()}")
 
-    def _look(self, record: skip_record.SkipRecord, iterations: int) -> None:
+    def _look(self, record: skip_record.SkipRecord, iterations: int
+              ) -> Optional[Tuple[str, Optional[deep_look_lib.NonFiniteOp]]]:
         """The deep look at the skipped step, if it was the batch's last
-        (its batch is the one kept): the batch of the replica the record
-        names, then, if the replay stayed finite and other replicas saw a
-        non-finite gradient too, theirs in turn (tf_keras sums the
-        replicas' gradients before the check, so every replica sees one
-        and the record names replica 0 whichever batch made it)."""
+        (its batch is the one kept): its line and the op it found, or None
+        (nothing to say). The batch of the replica the record names, then,
+        if the replay stayed finite and other replicas saw a non-finite
+        gradient too, theirs in turn (tf_keras sums the replicas' gradients
+        before the check, so every replica sees one and the record names
+        replica 0 whichever batch made it)."""
         kept = self._kept
         if kept is None:
-            if not self._kept_said:
-                self._kept_said = True
-                self._say(f"deep look: no batch kept ({self._unkept})")
-            return
+            if self._kept_said:
+                return None
+            self._kept_said = True
+            return f"deep look: no batch kept ({self._unkept})", None
         if record.step != iterations - 1:
-            return  # An earlier step of the batch (steps_per_execution).
+            return None  # An earlier step of the batch (steps_per_execution).
         order = [record.replica] + sorted(
             r for r in kept.batches
             if r != record.replica and record.replicas > 1)
         order = [r for r in order if r in kept.batches]
         if not order:
-            self._say(f"deep look at step {record.step}: no batch of "
-                      f"replica {record.replica} kept")
-            return
+            return (f"deep look at step {record.step}: no batch of "
+                    f"replica {record.replica} kept", None)
         found, tried = None, []
         for replica in order:
             tried.append(replica)
@@ -285,8 +294,8 @@ class LossScaleMonitor(keras.callbacks.Callback):
                 self.model, kept.batches[replica], record.scale)
             if found is not None:
                 break
-        self._say(_look_line(record.step, tried, found,
-                             several=len(kept.batches) > 1))
+        return _look_line(record.step, tried, found,
+                          several=len(kept.batches) > 1), found
 
     def _say(self, line: str) -> None:
         self.lines.append(line)
@@ -354,10 +363,19 @@ def _tf_keras_progress_bars(callback: Any) -> List[Any]:
     return []
 
 
+def _overflow_entered(record: skip_record.SkipRecord,
+                      found: Optional[deep_look_lib.NonFiniteOp]) -> bool:
+    """Whether the deep look shows that float16 overflow made a backward
+    fault the record can only call NaN: its first non-finite op, in the
+    backward pass, held an Inf, and the replay at scale 1 was finite."""
+    return (found is not None and found.backward and found.overflow is True
+            and "Inf" in found.kind and record.origin in ("backward", None))
+
+
 def _look_line(step: int, tried: List[int],
                found: Optional[deep_look_lib.NonFiniteOp],
                several: bool) -> str:
-    """The deep look's line: `deep look at step 0: first NaN/Inf: ...`;
+    """The deep look's line: `deep look at step 0: first Inf: ...`;
     with several replicas, whose batch it replayed (`, replica 1's batch
     (replica 0's stayed finite)`)."""
     where = ""
