@@ -486,6 +486,34 @@ def test_the_deep_look_under_mirrored_strategy_replays_the_faulty_replica(
     assert "train_step" not in vars(model)
 
 
+# Whether `fit` with jit_compile=True under MirroredStrategy keeps batches:
+# Keras 3 runs every replica's step inside one compiled function, tf_keras
+# compiles each replica's apart (their dicts would differ, and fit would
+# sum them).
+JIT_UNKEPT = {"keras3": None, "tf_keras": (
+    "tf_keras' fit with jit_compile=True under several replicas compiles "
+    "each replica's step apart")}
+
+
+def test_which_mirrored_fits_keep_no_batch(flavour, mirrored_strategy):
+    """Where no batch can be kept, `install` says why and leaves the
+    model as it was (the monitor prints the reason at the first skipped
+    step). Compiled only: neither `jit_compile=True` fit runs on two CPUs."""
+    with mirrored_strategy.scope():
+        model = nf.small_mlp(flavour.keras)
+        model.compile(optimizer=tf_lossscale.LossScaleOptimizer(
+            flavour.keras.optimizers.SGD(1e-3)), loss="mse",
+            jit_compile=True)
+    assert deep_look.unkept_reason(model) == JIT_UNKEPT[flavour.name]
+    if JIT_UNKEPT[flavour.name] is None:
+        return
+    model.make_train_function()
+    own = model.train_function
+    kept = deep_look.KeptBatch()
+    assert kept.install(model) == JIT_UNKEPT[flavour.name]
+    assert model.train_function is own and "train_step" not in vars(model)
+
+
 def _mirrored_state(flavour: Flavour, model: Any, opt: Any
                     ) -> List[np.ndarray]:
     """Every replica's value of every variable training carries: the
