@@ -14,13 +14,13 @@ Dropout keeps its seed), the fact is in a table keyed by `flavour.name`.
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 import _natural_faults as nf
 import numpy as np
 import pytest
 import tensorflow as tf
-from _flavours import Flavour
+from _flavours import Flavour, replica_values
 
 import tf_lossscale
 from tf_lossscale import backprop_order, deep_look
@@ -275,13 +275,70 @@ def test_the_deep_look_under_fit_names_the_cast_into_l11_backward(
     assert monitor.lines[0].startswith(
         "step 0 skipped on replica 0: Inf entered at l11 in the backward ")
     assert deep_look_line(flavour, monitor.lines[1]) == (
-        "deep look at step 0: first NaN/Inf: Cast (float16) "
+        "deep look at step 0: first Inf: Cast (float16) "
         f"{CAST_INTO_L11[flavour.name]} in the backward pass, layer out, "
-        "fed by gradient_tape/net/out/MatMul/MatMul")
+        "fed by gradient_tape/net/out/MatMul/MatMul; finite at scale 1: "
+        "float16 overflow")
     # Two steps, both skipped, one run: one deep look; fit's own train
     # step and train function are back.
     assert (int(opt.skipped_steps), int(opt.iterations)) == (2, 2)
     assert monitor._kept is None
+
+
+@JIT
+@pytest.mark.parametrize("net", ["conv", "lstm"])
+def test_the_deep_look_says_inf_entered_where_the_gradients_hold_nan(
+        flavour, jit_compile, net):
+    """At the conv net's and the LSTM's overflow the source layer's own
+    gradients hold NaN only (c3's filter gradients, lstm1's kernels sum
+    Inf x 0 and Inf - Inf): the optimizer's record says NaN entered there
+    (above), having nothing else to go by. With the deep look, whose first
+    non-finite op (the cast of `out`'s input gradient to float16) held an
+    Inf and whose replay at scale 1 was finite, the monitor's line says
+    Inf: float16 overflow."""
+    build, inputs, source = {
+        "conv": (nf.conv, nf.images, "c3"),
+        "lstm": (nf.lstm, nf.sequences, "lstm1/lstm_cell")}[net]
+    x, y = nf.data()
+    opt, monitor = fit_with_monitor(flavour, build(flavour.keras), inputs(x),
+                                    y, 2.0**30, jit_compile, deep_look=True)
+    assert (opt.last_skip.source, opt.last_skip.source_kind) == (source,
+                                                                 "NaN")
+    assert len(monitor.lines) == 2, monitor.lines
+    assert monitor.lines[0].startswith(
+        f"step 0 skipped on replica 0: Inf entered at {source} in the "
+        "backward pass (the loss was finite); "), monitor.lines
+    assert deep_look_line(flavour, monitor.lines[1]) == (
+        "deep look at step 0: first Inf: Cast (float16) "
+        f"{CAST_INTO_L11[flavour.name]} in the backward pass, layer out, "
+        f"fed by gradient_tape/net/out/MatMul/MatMul{SCALE_ONE_FINITE}")
+
+
+# Where the norm's gradient is: Keras 3 computes a compiled loss in a
+# `compile_loss` name scope.
+NORM_GRADIENT = {"keras3": "gradient_tape/compile_loss/norm_loss/norm",
+                 "tf_keras": "gradient_tape/norm_loss/norm"}
+
+
+@JIT
+def test_a_real_backward_nan_stays_nan_with_the_deep_look(flavour,
+                                                          jit_compile):
+    """The norm of a zero output: a finite loss whose gradient is a real
+    NaN at any scale (the sqrt's gradient at 0 is +Inf, times 0). Its first
+    op held an Inf too, but the replay at scale 1 is not finite either, so
+    the line keeps NaN and the look says it is not overflow."""
+    opt, monitor = fit_with_monitor(
+        flavour, nf.small_mlp(flavour.keras, zero_output=True), *nf.data(),
+        2.0**10, jit_compile, loss=nf.norm_loss, deep_look=True)
+    assert (opt.last_skip.origin, opt.last_skip.source_kind) == (
+        "backward", "NaN")
+    assert monitor.lines == [
+        "step 0 skipped on replica 0: NaN entered at out in the backward "
+        "pass (the loss was finite); 6 of 6 gradients non-finite, out .. l0;"
+        " scale 2^10 -> 2^9",
+        "deep look at step 0: first Inf: SqrtGrad (float32) "
+        f"{NORM_GRADIENT[flavour.name]}/SqrtGrad in the backward pass; "
+        "non-finite at scale 1 too: not overflow"]
 
 
 # Per flavour: the Dropout's arguments that give it a seed state variable
@@ -352,11 +409,157 @@ def test_the_deep_look_under_fit_changes_nothing(flavour, jit_compile):
     deep = [line for line in monitors[0].lines
             if line.startswith("deep look")]
     assert [deep_look_line(flavour, line) for line in deep] == [
-        f"deep look at step {step}: first NaN/Inf: Cast (float16) "
+        f"deep look at step {step}: first NaN: Cast (float16) "
         f"{CAST_OF_THE_INPUT[flavour.name]}, fed by the "
         "input batch" for step in (1, 5)], deep
     assert not [line for line in monitors[1].lines
                 if line.startswith("deep look")]
+
+
+# --- The deep look under MirroredStrategy (two replicas) ---------------------
+
+# The deep look's lines (Keras 3's name-scope suffixes taken out) under a
+# two-replica MirroredStrategy. Keras 3's record names the replica whose
+# gradients were non-finite, whose batch is replayed and makes the fault;
+# tf_keras' names replica 0 for a fault on either (it sums the replicas'
+# gradients before its check), so on replica 1's fault the look replays
+# replica 0's batch, finds it finite, and goes on to replica 1's.
+STAYED_FINITE = {"keras3": "", "tf_keras": " (replica 0's stayed finite)"}
+# The ops where replica 0's and replica 1's big inputs overflow in `l1`'s
+# backward pass: its kernel's gradient (a matmul summing over the rows),
+# and on replica 1 its bias's too (the sum over the rows), which run side
+# by side, so either check may fail first.
+L1_OVERFLOW = {
+    0: ["MatMul (float16) gradient_tape/net/l1/MatMul/MatMul_1 in the "
+        "backward pass, layer l1"],
+    1: ["MatMul (float16) gradient_tape/net/l1/MatMul/MatMul_1 in the "
+        "backward pass, layer l1",
+        "BiasAddGrad (float16) gradient_tape/net/l1/BiasAdd/BiasAddGrad in "
+        "the backward pass, layer l1, fed by gradient_tape/net/l1/ReluGrad"]}
+# What the look adds after a backward op: the replay at scale 1 was finite.
+SCALE_ONE_FINITE = "; finite at scale 1: float16 overflow"
+
+
+def mirrored_look(flavour: Flavour, fault: str, replica: int,
+                  step: int = 0) -> List[str]:
+    """The lines the deep look may print at a fault on `replica`."""
+    before = STAYED_FINITE[flavour.name] if replica else ""
+    head = f"deep look at step {step}, replica {replica}'s batch{before}: "
+    if fault == "nan":
+        return [f"{head}first NaN: Cast (float16) "
+                f"{CAST_OF_THE_INPUT[flavour.name]}, fed by the input batch"]
+    return [f"{head}first Inf: {op}{SCALE_ONE_FINITE}"
+            for op in L1_OVERFLOW[replica]]
+
+
+def _mirrored_fault(fault: str, replica: int) -> Tuple[np.ndarray,
+                                                       np.ndarray, float]:
+    """Two batches of 16 whose first has a fault only on `replica`'s half
+    (fit gives each replica 8 rows): an input row with a NaN, or inputs 100
+    times larger, whose output gradient overflows float16 at 2^12 where
+    the other half's does not; and the initial scale."""
+    half = nf.BATCH // 2
+    if fault == "nan":
+        return (*nf.data(nan_row=replica * half + 2), 2.0**10)
+    rows = slice(replica * half, (replica + 1) * half)
+    return (*nf.data(big_rows=rows, big=100.0), 2.0**12)
+
+
+@pytest.mark.parametrize("fault,replica", [("overflow", 0), ("overflow", 1),
+                                           ("nan", 1)])
+def test_the_deep_look_under_mirrored_strategy_replays_the_faulty_replica(
+        flavour, mirrored_strategy, fault, replica):
+    """`fit` under a two-replica MirroredStrategy: the deep look replays
+    the batch of the replica the fault was on and names the op, its
+    layer and its pass, as on one replica. (Without XLA: neither Keras'
+    `jit_compile=True` fit runs under a MirroredStrategy of two CPUs.)"""
+    x, y, scale = _mirrored_fault(fault, replica)
+    with mirrored_strategy.scope():
+        model = nf.small_mlp(flavour.keras)
+        opt, monitor = fit_with_monitor(flavour, model, x, y, scale, False,
+                                        deep_look=True)
+    assert (opt.last_skip.step, int(opt.skipped_steps)) == (0, 1)
+    assert len(monitor.lines) == 2, monitor.lines
+    assert deep_look_line(flavour, monitor.lines[1]) in mirrored_look(
+        flavour, fault, replica), monitor.lines
+    assert monitor._kept is None
+    assert "train_step" not in vars(model)
+
+
+# Whether `fit` with jit_compile=True under MirroredStrategy keeps batches:
+# Keras 3 runs every replica's step inside one compiled function, tf_keras
+# compiles each replica's apart (their dicts would differ, and fit would
+# sum them).
+JIT_UNKEPT = {"keras3": None, "tf_keras": (
+    "tf_keras' fit with jit_compile=True under several replicas compiles "
+    "each replica's step apart")}
+
+
+def test_which_mirrored_fits_keep_no_batch(flavour, mirrored_strategy):
+    """Where no batch can be kept, `install` says why and leaves the
+    model as it was (the monitor prints the reason at the first skipped
+    step). Compiled only: neither `jit_compile=True` fit runs on two CPUs."""
+    with mirrored_strategy.scope():
+        model = nf.small_mlp(flavour.keras)
+        model.compile(optimizer=tf_lossscale.LossScaleOptimizer(
+            flavour.keras.optimizers.SGD(1e-3)), loss="mse",
+            jit_compile=True)
+    assert deep_look.unkept_reason(model) == JIT_UNKEPT[flavour.name]
+    if JIT_UNKEPT[flavour.name] is None:
+        return
+    model.make_train_function()
+    own = model.train_function
+    kept = deep_look.KeptBatch()
+    assert kept.install(model) == JIT_UNKEPT[flavour.name]
+    assert model.train_function is own and "train_step" not in vars(model)
+
+
+def _mirrored_state(flavour: Flavour, model: Any, opt: Any
+                    ) -> List[np.ndarray]:
+    """Every replica's value of every variable training carries: the
+    model's, the Dropout's seed state, the optimizer's (slots,
+    `iterations`, the scale), the metrics' (the compiled loss's too)."""
+    seed = SEED_STATE[flavour.name](model.get_layer("drop"))
+    variables = (list(model.variables) + [seed]
+                 + list(OPTIMIZER_VARIABLES[flavour.name](opt))
+                 + [v for m in model.metrics for v in m.variables])
+    return [value for v in variables for value in replica_values(v)]
+
+
+def test_the_deep_look_under_mirrored_strategy_changes_nothing(
+        flavour, mirrored_strategy):
+    """Two runs of fit under MirroredStrategy from the same seed, one with
+    the deep look: a NaN in a row of replica 1's half of batches 1 and 5
+    (two looks), a Dropout drawing on every replica in every step, a
+    metric; afterwards every replica's value of every variable is equal
+    (weights, slots, scale, `iterations`, seed state, metrics)."""
+    k = flavour.keras
+    x, y = nf.data(nan_row=nf.BATCH + nf.BATCH // 2 + 1, rows=4 * nf.BATCH)
+    states, monitors = [], []
+    for look in (True, False):
+        k.utils.set_random_seed(0)
+        with mirrored_strategy.scope():
+            model = nf.dropout_mlp(k, **DROPOUT_ARGUMENTS[flavour.name])
+            opt = tf_lossscale.LossScaleOptimizer(
+                k.optimizers.Adam(1e-2), initial_scale=2.0**10)
+            model.compile(optimizer=opt, loss="mse", metrics=["mae"])
+        monitor = tf_lossscale.LossScaleMonitor(report=False,
+                                                deep_look=look)
+        model.fit(x, y, batch_size=nf.BATCH, epochs=2, shuffle=False,
+                  verbose=0, callbacks=[monitor])
+        states.append(_mirrored_state(flavour, model, opt))
+        monitors.append(monitor)
+        iterations = int(replica_values(opt.iterations)[0])
+        assert (float(opt.loss_scale), iterations, int(opt.skipped_steps)
+                ) == (2.0**8, 8, 2)
+    looked, plain = states
+    assert len(looked) == len(plain) > 2 * len(model.variables)
+    for before, after in zip(looked, plain):
+        np.testing.assert_array_equal(before, after)
+    deep = [deep_look_line(flavour, line) for line in monitors[0].lines
+            if line.startswith("deep look")]
+    assert deep == [mirrored_look(flavour, "nan", 1, step)[0]
+                    for step in (1, 5)], deep
 
 
 # What a module of each side imports to run the tests above.

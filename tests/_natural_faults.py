@@ -14,6 +14,8 @@ output layer is float32, as the mixed precision guide says.
 - `attention`: query and key projections whose logits overflow float16 in
   the forward pass (the loss is NaN);
 - `log_loss` on `small_mlp(zero_output=True)`: the log of 0;
+- `norm_loss` on `small_mlp(zero_output=True)`: a norm at 0, a real NaN
+  of the backward pass (the loss is finite);
 - a NaN in the input batch: `data(nan_row=...)`;
 - `conv`: four ReLU Conv2D layers on 8x8 images (`images`) at a huge
   initial scale: the output gradient overflows float16 where it enters
@@ -181,6 +183,13 @@ def log_loss(y_true: Any, y_pred: Any) -> Any:
     """-log(y_pred): Inf where the prediction is 0."""
     return -tf.reduce_mean(tf.math.log(y_pred)) + 0.0 * tf.reduce_mean(
         y_true)
+
+
+def norm_loss(y_true: Any, y_pred: Any) -> Any:
+    """The norm of the predictions: 0 for `small_mlp(zero_output=True)`,
+    where its gradient is a real NaN (the sqrt's gradient at 0 is +Inf,
+    times the square's, 0), at any loss scale."""
+    return tf.norm(y_pred) + 0.0 * tf.reduce_mean(y_true)
 
 
 def fit(keras: Any, monitor_type: Any, optimizer_type: Any,

@@ -33,12 +33,18 @@ step, 0 if none was) go into `logs` too.
 With `deep_look=True` (off by default) the first skipped step of a run
 is replayed with TensorFlow's numeric checks on (`deep_look`), and one
 more line names the first op that made a NaN or Inf, its layer and its
-pass, e.g. `deep look at step 0: first NaN/Inf: Cast (float16)
+pass, e.g. `deep look at step 0: first Inf: Cast (float16)
 gradient_tape/net/Cast_1/Cast in the backward pass, layer out, fed by
-...`. For that the train step hands its batch back with its logs while
+...; finite at scale 1: float16 overflow` (replayed at scale 1 too: the
+scale made it). Where that finds overflow but the source layer's
+gradients hold NaN only (a convolution's, an LSTM's), the first line says
+`Inf entered` (`SkipRecord.entered`), not the record's NaN. For that the train step hands its batch back with its logs while
 `fit` runs (`deep_look.KeptBatch`: no op, no copy); the replay runs only
 after a skipped step and changes nothing (variables, optimizer slots, the
-scale, `iterations`, the random state). One device only.
+scale, `iterations`, the random state). Under `MirroredStrategy` each
+replica hands back its own batch, and the replay is of the batch of the
+replica the record names (`deep look at step 0, replica 1's batch: ...`);
+under other strategies of several replicas none is kept (the line says so).
 
 With `max_consecutive_skips=K` it stops training after K skipped steps in a
 row and warns once: a scale that keeps falling while every step is skipped
@@ -48,6 +54,7 @@ overflow.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import types
 import warnings
@@ -101,8 +108,9 @@ class LossScaleMonitor(keras.callbacks.Callback):
       deep_look: on the first skipped step of a run, replay its batch with
         numeric checks on and say which op made the first NaN or Inf (its
         layer, forward or backward pass). Off by default; costs nothing
-        until a step is skipped. Not under a distribution strategy of more
-        than one replica (the line says so).
+        until a step is skipped. On one replica or under
+        `MirroredStrategy` (the batch of the replica the record names);
+        not under other strategies of several replicas (the line says so).
 
     Raises:
       ValueError: `max_consecutive_skips` is not None or an int >= 1.
@@ -122,6 +130,7 @@ class LossScaleMonitor(keras.callbacks.Callback):
         self.deep_look = deep_look
         self._kept: Optional[deep_look_lib.KeptBatch] = None
         self._kept_said = False
+        self._unkept: Optional[str] = None  # Why no batch is kept.
         self.report = report
         self.print_fn = print_fn
         self.lines: List[str] = []  # What it printed, in order.
@@ -178,7 +187,8 @@ class LossScaleMonitor(keras.callbacks.Callback):
                 LOGGED_KEYS)
         if self.deep_look:
             self._kept = deep_look_lib.KeptBatch()
-            if not self._kept.install(self.model):
+            self._unkept = self._kept.install(self.model)
+            if self._unkept is not None:
                 self._kept = None
 
     def on_train_end(self, logs: Optional[Dict[str, Any]] = None) -> None:
@@ -238,9 +248,13 @@ class LossScaleMonitor(keras.callbacks.Callback):
         at_floor = optimizer.dynamic and record.scale <= max(
             optimizer.min_scale, settings_lib.SMALLEST_NORMAL_FLOAT32)
         if starts:
-            self._say(f"{record}{_change(record.scale, scale)}")
-            if self.deep_look:
-                self._look(record, iterations)
+            looked = self._look(record, iterations) if self.deep_look else None
+            shown = record
+            if looked is not None and _overflow_entered(record, looked[1]):
+                shown = dataclasses.replace(record, entered="Inf")
+            self._say(f"{shown}{_change(record.scale, scale)}")
+            if looked is not None:
+                self._say(looked[0])
         if at_floor and not self._floor_said and record.streak > 1:
             self._floor_said = True
             self._say(
@@ -249,25 +263,39 @@ class LossScaleMonitor(keras.callbacks.Callback):
                 f"({skip_record.scale_text(record.scale)}): "
                 f"{record.verdict_at_floor()}; last: {record.summary()}")
 
-    def _look(self, record: skip_record.SkipRecord, iterations: int) -> None:
+    def _look(self, record: skip_record.SkipRecord, iterations: int
+              ) -> Optional[Tuple[str, Optional[deep_look_lib.NonFiniteOp]]]:
         """The deep look at the skipped step, if it was the batch's last
-        (its batch is the one kept)."""
+        (its batch is the one kept): its line and the op it found, or None
+        (nothing to say). The batch of the replica the record names, then,
+        if the replay stayed finite and other replicas saw a non-finite
+        gradient too, theirs in turn (tf_keras sums the replicas' gradients
+        before the check, so every replica sees one and the record names
+        replica 0 whichever batch made it)."""
         kept = self._kept
-        if kept is None or kept.batch is None:
-            if not self._kept_said:
-                self._kept_said = True
-                self._say("deep look: no batch kept (fit under a "
-                          "distribution strategy of more than one replica)")
-            return
+        if kept is None:
+            if self._kept_said:
+                return None
+            self._kept_said = True
+            return f"deep look: no batch kept ({self._unkept})", None
         if record.step != iterations - 1:
-            return  # An earlier step of the batch (steps_per_execution).
-        found = deep_look_lib.replay_batch(self.model, kept.batch,
-                                           record.scale)
-        self._say(f"deep look at step {record.step}: "
-                  + (found.describe() if found is not None else
-                     "every value was finite in the replay (the fault "
-                     "depends on a random draw, or came from another "
-                     "step)"))
+            return None  # An earlier step of the batch (steps_per_execution).
+        order = [record.replica] + sorted(
+            r for r in kept.batches
+            if r != record.replica and record.replicas > 1)
+        order = [r for r in order if r in kept.batches]
+        if not order:
+            return (f"deep look at step {record.step}: no batch of "
+                    f"replica {record.replica} kept", None)
+        found, tried = None, []
+        for replica in order:
+            tried.append(replica)
+            found = deep_look_lib.replay_batch(
+                self.model, kept.batches[replica], record.scale)
+            if found is not None:
+                break
+        return _look_line(record.step, tried, found,
+                          several=len(kept.batches) > 1), found
 
     def _say(self, line: str) -> None:
         self.lines.append(line)
@@ -333,3 +361,39 @@ def _tf_keras_progress_bars(callback: Any) -> List[Any]:
                         if isinstance(c, progbar_type)]
         frame = frame.f_back
     return []
+
+
+def _overflow_entered(record: skip_record.SkipRecord,
+                      found: Optional[deep_look_lib.NonFiniteOp]) -> bool:
+    """Whether the deep look shows that float16 overflow made a backward
+    fault the record can only call NaN: its first non-finite op, in the
+    backward pass, held an Inf, and the replay at scale 1 was finite."""
+    return (found is not None and found.backward and found.overflow is True
+            and "Inf" in found.kind and record.origin in ("backward", None))
+
+
+def _look_line(step: int, tried: List[int],
+               found: Optional[deep_look_lib.NonFiniteOp],
+               several: bool) -> str:
+    """The deep look's line: `deep look at step 0: first Inf: ...`;
+    with several replicas, whose batch it replayed (`, replica 1's batch
+    (replica 0's stayed finite)`)."""
+    where = ""
+    if several and found is not None:
+        finite = tried[:-1]
+        before = (f" ({_replicas_text(finite)}'s stayed finite)"
+                  if finite else "")
+        where = f", replica {tried[-1]}'s batch{before}"
+    elif several:
+        where = f", {_replicas_text(tried)}'s batch"
+    what = (found.describe() if found is not None else
+            "every value was finite in the replay (the fault depends on a "
+            "random draw, or came from another step)")
+    return f"deep look at step {step}{where}: {what}"
+
+
+def _replicas_text(replicas: List[int]) -> str:
+    """`replica 0`, or `replicas 0, 2`."""
+    if len(replicas) == 1:
+        return f"replica {replicas[0]}"
+    return f"replicas {', '.join(map(str, replicas))}"

@@ -110,6 +110,14 @@ class SkipRecord:
       loss: the step's loss: "finite", "NaN", "Inf", "overflowed when
         scaled" (finite, but not once multiplied by the scale), or None
         where no `get_scaled_loss` / `scale_loss` call saw it.
+      entered: None, or "Inf" where a replay of the step (the deep look,
+        `LossScaleMonitor(deep_look=True)`) found that float16 overflow
+        made its non-finite gradients: its first non-finite op, in the
+        backward pass, held an Inf, and the same replay at scale 1 was
+        finite. The gradients alone cannot tell it where the source
+        layer's gradients hold NaN only (a convolution's or an LSTM's
+        filter gradients sum Inf x 0 and Inf - Inf), as a real NaN's do.
+        Never set by the optimizer.
     """
 
     step: int
@@ -126,6 +134,7 @@ class SkipRecord:
     order: str = "variable"
     farthest: Optional[str] = None
     loss: Optional[str] = None
+    entered: Optional[str] = None
 
     @property
     def kind(self) -> str:
@@ -146,7 +155,10 @@ class SkipRecord:
     @property
     def source_kind(self) -> str:
         """"Inf" if a named gradient of `source` held an Inf (overflow),
-        else what the first named gradient held."""
+        or a replay found overflow (`entered`), else what the first named
+        gradient held."""
+        if self.entered is not None:
+            return self.entered
         if not self.kinds:
             return "NaN/Inf"
         layer = self.source
