@@ -79,8 +79,9 @@ def quiet_tensorflow_start() -> bool:
     then they asked for what TensorFlow prints. Otherwise it sets the level
     to 2 and, as some lines print whatever the level (absl's "All log
     messages before absl::InitializeLog()", `cudart_stub`, a failed
-    `cuInit`), sends file descriptor 2 to a temporary file while TensorFlow
-    starts. If the start fails, what it printed is written to stderr before
+    `cuInit`, oneDNN's notice at the first float16 op), sends file
+    descriptor 2 to a temporary file while TensorFlow starts and runs one
+    float16 op. If the start fails, what it printed is written to stderr before
     the exception propagates.
     """
     if "TF_CPP_MIN_LOG_LEVEL" in os.environ:
@@ -94,6 +95,11 @@ def quiet_tensorflow_start() -> bool:
             import keras  # noqa: F401  (loads TensorFlow's backend)
             import tensorflow as tf
             tf.config.list_logical_devices()  # CUDA's probe prints here
+            # The first float16 op prints, once per process and at ERROR
+            # level, oneDNN's notice on CPUs without AVX-512's half
+            # precision ("oneDNN supports DT_HALF only on platforms with
+            # AVX-512"): the demo's first step would print it.
+            tf.cast(tf.zeros([1]), tf.float16)
         except BaseException:
             sys.stderr.flush()
             os.dup2(saved, 2)
