@@ -11,10 +11,8 @@ checks over whole git snapshots of tensorflow/models where there is one.
 """
 
 import pytest
-from _migrate_tree import reported as _reported
+from _migrate_tree import check_migrated_tree
 from _pypi_wheels import python_files, wheel
-
-from tf_lossscale.compat import migrate
 
 PACKAGE = "tf-models-official"
 
@@ -44,16 +42,4 @@ def test_model_garden_from_pypi_is_migrated(version, tmp_path, capsys,
     files, code, written, reported, again = EXPECTED[version]
     assert python_files(wheel(PACKAGE, version), tmp_path) == files
     monkeypatch.chdir(tmp_path)
-    assert migrate.run(["."], write=True) == code
-    out, err = capsys.readouterr()
-    wrote = sorted(line[len("wrote "):] for line in out.splitlines())
-    assert len(wrote) == written, wrote
-    for path in wrote:
-        compile((tmp_path / path).read_bytes(), path, "exec")
-    assert _reported(err) == reported
-    # A second run changes nothing and reports as many lines (the imports
-    # added moved them).
-    assert migrate.run(["."], write=False) == code
-    out, err = capsys.readouterr()
-    assert out == ""
-    assert len(_reported(err)) == again
+    check_migrated_tree(tmp_path, capsys, code, written, reported, again)

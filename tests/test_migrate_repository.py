@@ -16,9 +16,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from _migrate_tree import reported as _reported
-
-from tf_lossscale.compat import migrate
+from _migrate_tree import check_migrated_tree
 
 GIT_DIR = os.environ.get("TF_LOSSSCALE_MODELS_GIT",
                          "/work/.mirror/Cherqing+models/repo")
@@ -79,16 +77,4 @@ def test_tensorflow_models_is_migrated(tag, tmp_path, capsys, monkeypatch):
     code, written, again, reported = EXPECTED[tag]
     assert _python_files(tag, tmp_path) > 1000
     monkeypatch.chdir(tmp_path)
-    assert migrate.run(["."], write=True) == code
-    out, err = capsys.readouterr()
-    wrote = [line[len("wrote "):] for line in out.splitlines()]
-    assert len(wrote) == written
-    for path in wrote:
-        compile((tmp_path / path).read_bytes(), path, "exec")
-    assert _reported(err) == reported
-    # A second run changes nothing and reports the same lines.
-    assert migrate.run(["."], write=False) == code
-    out, err = capsys.readouterr()
-    assert out == ""
-    # (Lines of the written files now: the imports added moved them.)
-    assert len(_reported(err)) == again
+    check_migrated_tree(tmp_path, capsys, code, written, reported, again)
