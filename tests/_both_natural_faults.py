@@ -184,7 +184,8 @@ def test_a_conv_net_at_a_huge_scale_names_c3_backward(flavour, jit_compile):
         "c3", "c3", "c2", "c2", "c1", "c1", "c0", "c0"]
     assert monitor.lines[0] == (
         "step 0 skipped on replica 0: NaN entered at c3 in the backward "
-        "pass (the loss was finite); 8 of 10 gradients non-finite, "
+        "pass (the loss was finite; float16 overflow can leave NaN here); "
+        "8 of 10 gradients non-finite, "
         "c3 .. c0; scale 2^30 -> 2^29")
 
 
@@ -203,8 +204,38 @@ def test_an_lstm_at_a_huge_scale_names_lstm1_backward(flavour, jit_compile):
         "lstm0/lstm_cell/recurrent_kernel", "lstm0/lstm_cell/bias")
     assert monitor.lines[0] == (
         "step 0 skipped on replica 0: NaN entered at lstm1/lstm_cell in the "
-        "backward pass (the loss was finite); 6 of 8 gradients non-finite, "
+        "backward pass (the loss was finite; float16 overflow can leave NaN "
+        "here); 6 of 8 gradients non-finite, "
         "lstm1/lstm_cell .. lstm0/lstm_cell; scale 2^30 -> 2^29")
+
+
+@JIT
+def test_a_conv_overflow_the_back_off_cures_is_called_overflow(
+        flavour, jit_compile):
+    """The conv net's first line cannot tell overflow from a real NaN (its
+    source's gradients hold NaN only); once the back-off lets a step
+    through, the monitor says it was overflow, once, with the run's steps
+    and the scale that cured it."""
+    x, y = nf.data()
+    opt, monitor = nf.fit(flavour.keras, tf_lossscale.LossScaleMonitor,
+                          tf_lossscale.LossScaleOptimizer,
+                          nf.conv(flavour.keras), nf.images(x), y,
+                          initial_scale=2.0**30, jit_compile=jit_compile,
+                          epochs=12)
+    skipped, scale = int(opt.skipped_steps), float(opt.loss_scale)
+    # Every skip was in the first run; the scale fell once per skip.
+    assert 2 < skipped < int(opt.iterations)
+    assert scale == 2.0**(30 - skipped)
+    last = opt.last_skip
+    assert (last.first_step, last.step, last.streak) == (0, skipped - 1,
+                                                         skipped)
+    assert monitor.lines == [
+        "step 0 skipped on replica 0: NaN entered at c3 in the backward "
+        "pass (the loss was finite; float16 overflow can leave NaN here); "
+        "8 of 10 gradients non-finite, c3 .. c0; scale 2^30 -> 2^29",
+        f"steps 0-{skipped - 1} skipped, and the next applied at "
+        f"2^{30 - skipped}: the NaN at c3 was float16 overflow, which the "
+        "back-off cured"]
 
 
 # Per flavour and replica with the big inputs: the record's replica and

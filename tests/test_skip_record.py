@@ -131,6 +131,80 @@ def test_max_consecutive_skips_stops_a_tf_function_loop():
         opt.raise_if_stuck()
 
 
+def _record(**fields: Any) -> tf_lossscale.SkipRecord:
+    """A conv net's record at a finite loss: c3's gradients hold NaN only."""
+    base = dict(step=0, scale=2.0**30, count=4, total=6,
+                names=("c3/kernel", "c3/bias", "c2/kernel", "c2/bias"),
+                kinds=("NaN",) * 4, replica=0, replicas=1, streak=1,
+                first_step=0, order="backprop", farthest="c2/bias",
+                loss="finite")
+    base.update(fields)
+    return tf_lossscale.SkipRecord(**base)
+
+
+@pytest.mark.parametrize("fields, undecided, cause", [
+    ({}, True, "NaN entered at c3 in the backward pass (the loss was "
+               "finite; float16 overflow can leave NaN here)"),
+    ({"loss": None}, True,
+     "NaN entered at c3 (float16 overflow can leave NaN here)"),
+    ({"entered": "Inf"}, False,
+     "Inf entered at c3 in the backward pass (the loss was finite)"),
+    ({"entered": "NaN"}, False,
+     "NaN entered at c3 in the backward pass (the loss was finite)"),
+    ({"kinds": ("NaN and Inf",) + ("NaN",) * 3}, False,
+     "Inf entered at c3 in the backward pass (the loss was finite)"),
+    ({"loss": "NaN"}, False, "the loss was NaN: the forward pass made it"),
+    ({"order": "variable"}, False, "4 of 6 gradients non-finite (NaN), in "
+                                   "variable order"),
+])
+def test_only_a_nan_the_gradients_cannot_place_is_undecided(fields,
+                                                           undecided, cause):
+    """NaN only at the source after a finite (or unseen) loss is what both
+    overflow in a convolution and a real NaN leave: the line says so, and
+    `at_floor` (no scale cured it) decides it is a real NaN."""
+    record = _record(**fields)
+    assert record.undecided is undecided
+    assert record.summary().startswith(cause), record.summary()
+    floored = record.at_floor()
+    assert floored.undecided is False
+    assert floored.entered == ("NaN" if undecided else record.entered)
+    assert "overflow can leave" not in floored.summary()
+
+
+def test_a_streak_stopped_at_min_scale_calls_its_nan_real():
+    """A real backward NaN (the gradient of sqrt at 0, times 0) after a
+    finite loss: each skipped step's line leaves it undecided, and the
+    error raised at min_scale says NaN entered, without the remark."""
+    w = keras.Variable(np.ones(2, "float32"), name="w")
+    opt = tf_lossscale.LossScaleOptimizer(
+        keras.optimizers.SGD(0.1), initial_scale=2, min_scale=1,
+        max_consecutive_skips=3)
+    opt.build([w])
+
+    @tf.function
+    def step() -> None:
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.sqrt(w * 0.0))
+            scaled = opt.scale_loss(loss)
+        opt.apply(tape.gradient(scaled, [w]), [w])
+
+    step()
+    assert opt.last_skip.undecided
+    assert "(the loss was finite; float16 overflow can leave NaN here)" in (
+        str(opt.last_skip))
+    step()
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        step()
+    with pytest.raises(tf_lossscale.SkipStreakError) as caught:
+        opt.raise_if_stuck()
+    message = str(caught.value)
+    assert "the last: step 2 skipped on replica 0: NaN entered at w in the " \
+        "backward pass (the loss was finite); 1 of 1 gradients non-finite" \
+        in message, message
+    assert "It is at min_scale: the loss was finite" in message
+    assert caught.value.record.undecided
+
+
 @pytest.mark.parametrize("value", [0, 1.5, "3", True])
 def test_a_bad_max_consecutive_skips_raises(value):
     with pytest.raises(ValueError, match="max_consecutive_skips"):

@@ -26,7 +26,14 @@ loss was finite); 24 of 26 gradients non-finite, l11 .. l0; scale 2^30 ->
 2^29` (where the overflow entered, nearest the loss, and which pass), and
 one more if the run goes on to reach `min_scale`, saying what that means
 for the pass it came from (a NaN loss: the forward pass or the batch; a
-finite loss: a real NaN in the backward pass, not overflow). `skip_streak` (skipped steps in a row) and
+finite loss: a real NaN in the backward pass, not overflow). Where the
+source layer's gradients hold NaN only after a finite loss
+(`SkipRecord.undecided`: a convolution's or an LSTM's overflow leaves
+that, and so does a real NaN), the first line says `float16 overflow can
+leave NaN here`, and when the back-off ends that run the monitor says it
+was overflow (`steps 0-14 skipped, and the next applied at 2^15: the NaN at
+c3 was float16 overflow, which the back-off cured`), once per layer and
+`fit`. `skip_streak` (skipped steps in a row) and
 `nonfinite_gradients` (non-finite gradients of the batch's last skipped
 step, 0 if none was) go into `logs` too.
 
@@ -38,7 +45,8 @@ gradient_tape/net/Cast_1/Cast in the backward pass, layer out, fed by
 ...; finite at scale 1: float16 overflow` (replayed at scale 1 too: the
 scale made it). Where that finds overflow but the source layer's
 gradients hold NaN only (a convolution's, an LSTM's), the first line says
-`Inf entered` (`SkipRecord.entered`), not the record's NaN. For that the train step hands its batch back with its logs while
+`Inf entered` (`SkipRecord.entered`), not the record's NaN; where it finds
+a real NaN (non-finite at scale 1 too), the line drops its overflow remark. For that the train step hands its batch back with its logs while
 `fit` runs (`deep_look.KeptBatch`: no op, no copy); the replay runs only
 after a skipped step and changes nothing (variables, optimizer slots, the
 scale, `iterations`, the random state). Under `MirroredStrategy` each
@@ -58,7 +66,7 @@ import dataclasses
 import sys
 import types
 import warnings
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import keras
 import tensorflow as tf
@@ -136,6 +144,10 @@ class LossScaleMonitor(keras.callbacks.Callback):
         self.lines: List[str] = []  # What it printed, in order.
         self._nonfinite = 0
         self._floor_said = False
+        # The first record of the current run, if it left overflow and a
+        # real NaN undecided; the source layers whose cure was said.
+        self._undecided: Optional[skip_record.SkipRecord] = None
+        self._cured_said: Set[Optional[str]] = set()
         if max_consecutive_skips is not None:
             max_consecutive_skips = _checks.check_int(
                 "max_consecutive_skips", max_consecutive_skips, minimum=1)
@@ -182,6 +194,8 @@ class LossScaleMonitor(keras.callbacks.Callback):
         self._scale, self._last_skipped, self._last_iterations = self._read()
         self._run = 0
         self._warned = False
+        self._undecided = None
+        self._cured_said = set()
         for progbar in _tf_keras_progress_bars(self):
             progbar.stateful_metrics = set(progbar.stateful_metrics).union(
                 LOGGED_KEYS)
@@ -210,6 +224,8 @@ class LossScaleMonitor(keras.callbacks.Callback):
                          iterations=iterations)
             self._run += new
         else:
+            if self._run:
+                self._cured(scale)
             if new:
                 self._report(new, scale, starts=True,
                              iterations=iterations)
@@ -250,8 +266,13 @@ class LossScaleMonitor(keras.callbacks.Callback):
         if starts:
             looked = self._look(record, iterations) if self.deep_look else None
             shown = record
-            if looked is not None and _overflow_entered(record, looked[1]):
-                shown = dataclasses.replace(record, entered="Inf")
+            found = looked[1] if looked is not None else None
+            entered = _entered(record, found)
+            if entered is not None:
+                shown = dataclasses.replace(record, entered=entered)
+            # An op the look found decides the run; the back-off cannot.
+            self._undecided = (shown if shown.undecided and found is None
+                               else None)
             self._say(f"{shown}{_change(record.scale, scale)}")
             if looked is not None:
                 self._say(looked[0])
@@ -261,7 +282,19 @@ class LossScaleMonitor(keras.callbacks.Callback):
                 f"steps {record.first_step}-{record.step}: "
                 f"{record.streak} skipped in a row, the last at min_scale "
                 f"({skip_record.scale_text(record.scale)}): "
-                f"{record.verdict_at_floor()}; last: {record.summary()}")
+                f"{record.verdict_at_floor()}; last: "
+                f"{record.at_floor().summary()}")
+            self._undecided = None
+
+    def _cured(self, scale: float) -> None:
+        """A run of skipped steps has ended with an applied step: if the
+        record could not tell overflow from a real NaN, the back-off just
+        did; said once per fit for each source layer."""
+        start, self._undecided = self._undecided, None
+        if start is None or start.source in self._cured_said:
+            return
+        self._cured_said.add(start.source)
+        self._say(_cured_line(start, self._run, scale))
 
     def _look(self, record: skip_record.SkipRecord, iterations: int
               ) -> Optional[Tuple[str, Optional[deep_look_lib.NonFiniteOp]]]:
@@ -363,13 +396,36 @@ def _tf_keras_progress_bars(callback: Any) -> List[Any]:
     return []
 
 
-def _overflow_entered(record: skip_record.SkipRecord,
-                      found: Optional[deep_look_lib.NonFiniteOp]) -> bool:
-    """Whether the deep look shows that float16 overflow made a backward
-    fault the record can only call NaN: its first non-finite op, in the
-    backward pass, held an Inf, and the replay at scale 1 was finite."""
-    return (found is not None and found.backward and found.overflow is True
-            and "Inf" in found.kind and record.origin in ("backward", None))
+def _entered(record: skip_record.SkipRecord,
+             found: Optional[deep_look_lib.NonFiniteOp]) -> Optional[str]:
+    """What the deep look shows entered a backward fault: "Inf" where
+    float16 overflow made it (its first non-finite op, in the backward
+    pass, held an Inf, and the replay at scale 1 was finite), "NaN" where
+    the record could not tell (`SkipRecord.undecided`) and the replay at
+    scale 1 stayed non-finite (a real NaN); else None."""
+    if found is None or not found.backward:
+        return None
+    if (found.overflow is True and "Inf" in found.kind
+            and record.origin in ("backward", None)):
+        return "Inf"
+    if found.overflow is False and record.undecided:
+        return record.source_kind
+    return None
+
+
+def _cured_line(start: skip_record.SkipRecord, skipped: int,
+                scale: float) -> str:
+    """What a run of skipped steps that began undecided and that the
+    back-off ended says: overflow (unless only its batches were bad)."""
+    first = start.first_step
+    steps = (f"step {first}" if skipped == 1
+             else f"steps {first}-{first + skipped - 1}")
+    # One batch may have been bad alone; a run of them, each at a lower
+    # scale, is overflow.
+    alone = " (or a fault of that batch alone)" if skipped == 1 else ""
+    return (f"{steps} skipped, and the next applied at "
+            f"{skip_record.scale_text(scale)}: the NaN at {start.source} was "
+            f"float16 overflow, which the back-off cured{alone}")
 
 
 def _look_line(step: int, tried: List[int],

@@ -110,14 +110,17 @@ class SkipRecord:
       loss: the step's loss: "finite", "NaN", "Inf", "overflowed when
         scaled" (finite, but not once multiplied by the scale), or None
         where no `get_scaled_loss` / `scale_loss` call saw it.
-      entered: None, or "Inf" where a replay of the step (the deep look,
-        `LossScaleMonitor(deep_look=True)`) found that float16 overflow
-        made its non-finite gradients: its first non-finite op, in the
-        backward pass, held an Inf, and the same replay at scale 1 was
-        finite. The gradients alone cannot tell it where the source
-        layer's gradients hold NaN only (a convolution's or an LSTM's
-        filter gradients sum Inf x 0 and Inf - Inf), as a real NaN's do.
-        Never set by the optimizer.
+      entered: what entered at `source`, where more than the gradients
+        told it: "Inf" where a replay of the step (the deep look,
+        `LossScaleMonitor(deep_look=True)`) found float16 overflow (its
+        first non-finite op, in the backward pass, held an Inf, and the
+        same replay at scale 1 was finite); "NaN" where the replay at
+        scale 1 stayed non-finite, or the run reached min_scale (`at_floor`):
+        a real NaN. None: only the gradients are known, and where the
+        source layer's hold NaN only after a finite loss (`undecided`),
+        they cannot tell overflow from a real NaN (a convolution's or an
+        LSTM's filter gradients sum Inf x 0 and Inf - Inf). Never set by
+        the optimizer.
     """
 
     step: int
@@ -169,6 +172,25 @@ class SkipRecord:
         return "Inf" if any("Inf" in k for k in mine) else "NaN"
 
     @property
+    def undecided(self) -> bool:
+        """Whether the gradients alone leave overflow and a real NaN apart
+        undecided: the loss was finite (or not seen), the source layer's
+        gradients hold NaN only, and nothing else (`entered`) has told.
+        Float16 overflow inside a convolution or an LSTM leaves exactly
+        that, and so does the gradient of `sqrt` at 0: a run that the
+        back-off ends was overflow; one that reaches min_scale was not."""
+        return (self.entered is None and self.source is not None
+                and self.origin in ("backward", None)
+                and self.source_kind == "NaN")
+
+    def at_floor(self) -> "SkipRecord":
+        """This record once its run has reached min_scale: no scale cured
+        it, so what entered is what the gradients hold (a real NaN)."""
+        if not self.undecided:
+            return self
+        return dataclasses.replace(self, entered=self.source_kind)
+
+    @property
     def origin(self) -> Optional[str]:
         """Where the non-finite values came from: "forward" (the loss was
         NaN or Inf: an activation, the loss function or the input batch),
@@ -189,8 +211,11 @@ class SkipRecord:
         source = self.source
         if source is None:
             return ""
-        pass_ = {"backward": " in the backward pass (the loss was finite)",
-                 None: ""}[origin]
+        finite = ("the loss was finite; float16 overflow can leave NaN "
+                  "here" if self.undecided else "the loss was finite")
+        pass_ = {"backward": f" in the backward pass ({finite})",
+                 None: (" (float16 overflow can leave NaN here)"
+                        if self.undecided else "")}[origin]
         return f"{self.source_kind} entered at {source}{pass_}"
 
     def _span(self) -> str:

@@ -88,12 +88,14 @@ class Stop:
         if record.step + 1 < int(tf.convert_to_tensor(steps())):
             return
         now = float(tf.convert_to_tensor(scale()))
+        floored = floor is not None and now <= floor
         at_floor = (f" It is at min_scale: {record.verdict_at_floor()}."
-                    if floor is not None and now <= floor else "")
+                    if floored else "")
+        last = record.at_floor() if floored else record
         raise skip_record.SkipStreakError(
             f"{record.streak} steps in a row were skipped "
             f"(max_consecutive_skips={limit}), steps {record.first_step} to "
-            f"{record.step}; the last: {record}; the scale is now "
+            f"{record.step}; the last: {last}; the scale is now "
             f"{skip_record.scale_text(now)}.{at_floor}", record)
 
     def counter(self) -> tf.Variable:
