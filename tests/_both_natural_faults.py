@@ -451,11 +451,14 @@ def test_the_deep_look_under_fit_changes_nothing(flavour, jit_compile):
 
 # The deep look's lines (Keras 3's name-scope suffixes taken out) under a
 # two-replica MirroredStrategy. Keras 3's record names the replica whose
-# gradients were non-finite, whose batch is replayed and makes the fault;
-# tf_keras' names replica 0 for a fault on either (it sums the replicas'
-# gradients before its check), so on replica 1's fault the look replays
+# gradients were non-finite, whose batch is replayed and makes the fault.
+# tf_keras sums the replicas' gradients before its check, so both see the
+# fault: its record names the replica whose own loss was not finite (the
+# NaN batch's), else replica 0, so on replica 1's overflow the look replays
 # replica 0's batch, finds it finite, and goes on to replica 1's.
 STAYED_FINITE = {"keras3": "", "tf_keras": " (replica 0's stayed finite)"}
+# How many other replicas saw the non-finite gradients.
+OTHERS = {"keras3": "", "tf_keras": " (and 1 other)"}
 # The ops where replica 0's and replica 1's big inputs overflow in `l1`'s
 # backward pass: its kernel's gradient (a matmul summing over the rows),
 # and on replica 1 its bias's too (the sum over the rows), which run side
@@ -474,7 +477,8 @@ SCALE_ONE_FINITE = "; finite at scale 1: float16 overflow"
 def mirrored_look(flavour: Flavour, fault: str, replica: int,
                   step: int = 0) -> List[str]:
     """The lines the deep look may print at a fault on `replica`."""
-    before = STAYED_FINITE[flavour.name] if replica else ""
+    before = (STAYED_FINITE[flavour.name] if replica and fault != "nan"
+              else "")
     head = f"deep look at step {step}, replica {replica}'s batch{before}: "
     if fault == "nan":
         return [f"{head}first NaN: Cast (float16) "
@@ -511,6 +515,10 @@ def test_the_deep_look_under_mirrored_strategy_replays_the_faulty_replica(
                                         deep_look=True)
     assert (opt.last_skip.step, int(opt.skipped_steps)) == (0, 1)
     assert len(monitor.lines) == 2, monitor.lines
+    if fault == "nan":
+        assert monitor.lines[0].startswith(
+            f"step 0 skipped on replica 1{OTHERS[flavour.name]}: the loss "
+            "was NaN: the forward pass made it"), monitor.lines
     assert deep_look_line(flavour, monitor.lines[1]) in mirrored_look(
         flavour, fault, replica), monitor.lines
     assert monitor._kept is None

@@ -436,22 +436,6 @@ def _local_summary(grads: Sequence[Any], ranks: Optional[Sequence[int]],
     farthest = tf.where(count > 0, tf.gather(original, last), -1)
     return tf.cast(tf.concat([[count], first, first_kinds, [farthest],
                               [tf.cast(loss, tf.int32)]], 0), tf.float32)
-    n = int(kinds.shape[0])
-    bad = kinds > 0
-    rank = tf.range(n) if ranks is None else tf.constant(list(ranks),
-                                                          tf.int32)
-    score = tf.where(bad, n - rank, 0)
-    score = tf.concat([score, tf.zeros([MAX_NAMED], tf.int32)], 0)
-    top, at = tf.math.top_k(score, MAX_NAMED)
-    first = tf.where(top > 0, at, -1)
-    first_kinds = tf.gather(tf.concat([kinds, [0]], 0),
-                            tf.where(first < 0, n, first))
-    count = tf.reduce_sum(tf.cast(bad, tf.int32))
-    far_score = tf.concat([tf.where(bad, rank + 1, 0), [0]], 0)
-    farthest = tf.where(count > 0, tf.cast(tf.argmax(far_score), tf.int32),
-                        -1)
-    return tf.cast(tf.concat([[count], first, first_kinds, [farthest],
-                              [tf.cast(loss, tf.int32)]], 0), tf.float32)
 
 
 def _agreed_summary(summary: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor,
@@ -473,10 +457,16 @@ def _agreed_summary(summary: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor,
 
 def _first_bad_row(rows: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     """Of one summary per replica: the first non-finite one, its replica id
-    and how many replicas saw a non-finite gradient."""
-    saw = rows[:, 0] > 0
-    first = tf.cast(tf.argmax(tf.cast(saw, tf.int32)), tf.int32)
-    return rows[first], first, tf.reduce_sum(tf.cast(saw, tf.int32))
+    and how many replicas saw a non-finite gradient.
+
+    A replica whose own loss was not finite comes first: where the replicas'
+    gradients are summed before the check (tf_keras), every replica sees a
+    NaN that one replica's batch made, and that replica is the one to name.
+    """
+    saw = tf.cast(rows[:, 0] > 0, tf.int32)
+    own_loss = tf.cast(rows[:, -1] >= 2, tf.int32)  # Not finite, or scaled.
+    first = tf.cast(tf.argmax(saw * (1 + own_loss)), tf.int32)
+    return rows[first], first, tf.reduce_sum(saw)
 
 
 def _writes(variables: RecordVariables, agreed: Tuple[tf.Tensor, tf.Tensor,
