@@ -31,7 +31,7 @@ source layer's gradients hold NaN only after a finite loss
 (`SkipRecord.undecided`: a convolution's or an LSTM's overflow leaves
 that, and so does a real NaN), the first line says `float16 overflow can
 leave NaN here`, and when the back-off ends that run the monitor says it
-was overflow (`steps 0-14 skipped, and the next applied at 2^15: the NaN at
+was overflow (`steps 0-13 skipped, and the next applied at 2^16: the NaN at
 c3 was float16 overflow, which the back-off cured`), once per layer and
 `fit`. `skip_streak` (skipped steps in a row) and
 `nonfinite_gradients` (non-finite gradients of the batch's last skipped
