@@ -139,10 +139,10 @@ def test_under_xla_the_documented_flow_traces_one_check_of_each_gradient():
     ops = collections.Counter(
         [x.op for x in graph_def.node] + [
             x.op for f in graph_def.library.function for x in f.node_def])
-    # One max per gradient (the exact branch), one sum per gradient (the
-    # fast check) and one more (the record's first bad indices): the check
-    # once.
-    assert (ops["Max"], ops["Sum"]) == (n, n + 1)
+    # One max per gradient (the exact branch), one IsFinite per gradient
+    # (the fast check of small values) and one more (the exact branch's
+    # quotients), one sum (the record's first bad indices): the check once.
+    assert (ops["Max"], ops["IsFinite"], ops["Sum"]) == (n, n + 1, 1)
 
 
 _DTYPES = [tf.float16, tf.bfloat16, tf.float32, tf.float64]
@@ -235,6 +235,31 @@ def _exact_check(values, scale):
             *[tf.constant(v) for v in values]).graph.as_graph_def(
             ).library.function for x in f.node_def)
     return bool(finite), kinds.numpy().tolist(), ops
+
+
+def test_large_values_are_checked_by_their_sum_and_small_ones_elementwise():
+    """The fast check reads a float32 value of `_SUMMED_FROM` elements or
+    more through its sum (a sum that overflows falls back on the exact
+    branch), a smaller one through `all(is_finite)` (issue 32): each kind
+    is still found, in order."""
+    from tf_lossscale import finite_xla
+    big = finite_xla._SUMMED_FROM
+    f32 = np.float32
+    with_inf = np.ones(big, f32)
+    with_inf[7] = np.inf
+    with_nan = np.ones(big, f32)
+    with_nan[-1] = np.nan
+    small_inf = np.array([1.0, -np.inf], f32)
+    overflowing = np.full(big, 3e38, f32)
+    finite, kinds, ops = _exact_check(
+        [np.ones(big, f32), np.ones(big - 1, f32), overflowing], 1.0)
+    assert (finite, kinds) == (True, [0, 0, 0])
+    # A sum per large value; IsFinite: the small value, the sums' total
+    # and the exact branch's quotients.
+    assert (ops["Sum"], ops["IsFinite"]) == (2, 3)
+    finite, kinds, _ = _exact_check(
+        [with_inf, small_inf, np.ones(3, f32), with_nan], 2.0**10)
+    assert (finite, kinds) == (False, [2, 2, 0, 1])
 
 
 def test_the_exact_check_keeps_each_values_kind_in_order():
