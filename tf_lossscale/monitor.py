@@ -46,7 +46,8 @@ gradient_tape/net/Cast_1/Cast in the backward pass, layer out, fed by
 scale made it). Where that finds overflow but the source layer's
 gradients hold NaN only (a convolution's, an LSTM's), the first line says
 `Inf entered` (`SkipRecord.entered`), not the record's NaN; where it finds
-a real NaN (non-finite at scale 1 too), the line drops its overflow remark. For that the train step hands its batch back with its logs while
+a real NaN (non-finite at scale 1 too), the line drops its overflow
+remark. For that the train step hands its batch back with its logs while
 `fit` runs (`deep_look.KeptBatch`: no op, no copy); the replay runs only
 after a skipped step and changes nothing (variables, optimizer slots, the
 scale, `iterations`, the random state). Under `MirroredStrategy` each
@@ -147,7 +148,7 @@ class LossScaleMonitor(keras.callbacks.Callback):
         # The first record of the current run, if it left overflow and a
         # real NaN undecided; the source layers whose cure was said.
         self._undecided: Optional[skip_record.SkipRecord] = None
-        self._cured_said: Set[Optional[str]] = set()
+        self._cured_said: Set[str] = set()
         if max_consecutive_skips is not None:
             max_consecutive_skips = _checks.check_int(
                 "max_consecutive_skips", max_consecutive_skips, minimum=1)
@@ -291,7 +292,8 @@ class LossScaleMonitor(keras.callbacks.Callback):
         record could not tell overflow from a real NaN, the back-off just
         did; said once per fit for each source layer."""
         start, self._undecided = self._undecided, None
-        if start is None or start.source in self._cured_said:
+        if start is None or start.source is None or (
+                start.source in self._cured_said):
             return
         self._cured_said.add(start.source)
         self._say(_cured_line(start, self._run, scale))
