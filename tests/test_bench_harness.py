@@ -229,3 +229,35 @@ def test_first_call_targets_are_on_the_medians_and_say_when_they_overlap(
     assert apart["met"] is False and apart["noise"] is False
     single = targets._first_call_target("t", rows, "single", "orig")
     assert single["noise"] is None and single["measured"] == "5 s vs 6 s"
+
+
+# --- check_cost.py: where (c) big's time goes
+
+def test_check_cost_rows_are_real_checks_and_its_table_prints(
+        common, capsys):
+    """A cost compared is a cost of the same answer: every row that checks
+    says False when one value is Inf (and the rows that only read or
+    divide say True)."""
+    import check_cost
+    values = [tf.Variable(tf.fill([3, 4], 8.0)), tf.Variable(tf.ones([4]))]
+    scale = tf.Variable(4.0)
+    finite_rows = {name: run() for name, run in
+                   check_cost.rows(values, scale).items()}
+    values[0].assign(tf.tensor_scatter_nd_update(
+        tf.fill([3, 4], 8.0), [[2, 3]], [float("inf")]))
+    inf_rows = {name: run() for name, run in
+                check_cost.rows(values, scale).items()}
+    only_read = {"plain", "divide only"}
+    assert set(finite_rows) == {
+        "plain", "one read", "divide only", "tf_lossscale",
+        "tf_lossscale, one XLA kernel", "sums of the inputs",
+        "add_n per shape", "Keras 3"}
+    assert all(bool(v) for v in finite_rows.values())
+    assert {k for k, v in inf_rows.items() if bool(v)} == only_read
+    assert check_cost.main(["--tensors", "1", "--steps", "2"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].startswith("| 2 tensors, 0.4M floats | ms |")
+    assert [line.split(" | ")[0] for line in table[2:]] == [
+        "| plain", "| one read", "| divide only", "| tf_lossscale",
+        "| tf_lossscale, one XLA kernel", "| sums of the inputs",
+        "| add_n per shape", "| Keras 3"]
