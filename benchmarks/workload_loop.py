@@ -37,11 +37,13 @@ def _runner(step: Any, x: Any, y: Any) -> Callable[[], Any]:
 
 def _instance(keras: Any, width: int, layers: int, weights: Any,
               make: Callable[[], Any], flow: str,
-              jit_compile: Optional[bool], x: Any, y: Any
-              ) -> Callable[[], Any]:
-    """The row's runner on a fresh model (with `weights`) and optimizer."""
-    model = rows.mlp(keras, "tanh", width, layers)
-    model.set_weights(weights)
+              jit_compile: Optional[bool], x: Any, y: Any,
+              model: Any = None) -> Callable[[], Any]:
+    """The row's runner on a fresh model (with `weights`; or `model`, just
+    built, whose weights they are) and a fresh optimizer."""
+    if model is None:
+        model = rows.mlp(keras, "tanh", width, layers)
+        model.set_weights(weights)
     return _runner(rows.tape_step(model, make(), flow, jit_compile), x, y)
 
 
@@ -52,7 +54,10 @@ def _loop(keras: Any, sizes: common.Sizes, layers: int,
     w = sizes.many_width
     x = tf.random.normal((32, w))
     y = tf.zeros((32, w))
-    weights = rows.mlp(keras, "tanh", w, layers).get_weights()
+    # The first row's model gives every row its weights: building one
+    # more (tf_keras: about 15 s at 750 layers) would only copy them.
+    first = rows.mlp(keras, "tanh", w, layers)
+    weights = first.get_weights()
     makers = rows.loop_makers(keras, "SGD", limit)
     flows = rows.loop_flows(limit)
     if not sizes.keras_flow:
@@ -68,7 +73,7 @@ def _loop(keras: Any, sizes: common.Sizes, layers: int,
     for row, flow in flows.items():
         build = functools.partial(_instance, keras, w, layers, weights,
                                   makers[row], flow, jit_compile, x, y)
-        timed[row] = build()
+        timed[row] = build(model=None if timed else first)
         if rows.is_scaler(row) or row == "ours documented":
             fresh[row] = build
     return _Loop(len(weights), flows, warm, timed, fresh)
