@@ -73,12 +73,14 @@ MODES: Dict[str, Sizes] = {
                    fusions_per_tensor=(10, 100), xla_steps=20,
                    xla_loop_layers=50),
     # For users, in a few minutes: fit without and with XLA (a, e), SGD and
-    # Adam, against Keras' own; one first call a row.
-    "short": Sizes(mlp_layers=40, mlp_width=512, mlp_batch=64, mlp_steps=15,
+    # Adam, against Keras' own; one first call a row, and 40 rounds (a
+    # step costs tens of ms: rounds are cheap, and 15 left intervals tens
+    # of points wide).
+    "short": Sizes(mlp_layers=40, mlp_width=512, mlp_batch=64, mlp_steps=40,
                    optimizers=("SGD", "Adam"), many_layers=750, many_width=16,
                    many_steps=10, big_tensors=86, small_tensors=0,
                    check_steps=10, fusions=(), fusions_per_tensor=(),
-                   xla_steps=15, first_calls=1, workloads="ae",
+                   xla_steps=40, first_calls=1, workloads="ae",
                    keras_flow=False),
     # What a change to the step must not make worse: (a) and (e), the
     # documented custom-loop flow at 1500 variables (b; building and

@@ -19,7 +19,7 @@ __all__ = ["PRESETS", "find_suite", "run"]
 #: CPU cores (the help of `bench` prints these).
 PRESETS = {
     "short": "fit (40 x Dense(512), SGD and Adam) without and with XLA, "
-             "against Keras' own LossScaleOptimizer: about 7 minutes",
+             "against Keras' own LossScaleOptimizer: about 5 minutes",
     "targets": "what a change to the step is checked against before it "
                "lands: fit without and with XLA, the documented custom-loop "
                "flow at 1500 variables and check+unscale of 33M floats, "
