@@ -43,6 +43,7 @@ import keras  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
+import workload_check  # noqa: E402
 
 from tf_lossscale import finite  # noqa: E402
 
@@ -69,7 +70,7 @@ def _add_n_per_shape(quotients: List[tf.Tensor]) -> tf.Tensor:
 def rows(grads: List[tf.Variable], scale: tf.Variable
          ) -> Dict[str, Callable[[], Any]]:
     """Row -> a traced function returning (tensors made, a scalar)."""
-    lso = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD())
+    keras_check = workload_check._keras_check_and_unscale(keras)  # (c)'s
 
     def read() -> List[tf.Tensor]:
         return [g.read_value() for g in grads]
@@ -91,9 +92,7 @@ def rows(grads: List[tf.Variable], scale: tf.Variable
             read(), scale, jit_compile=True),
         "sums of the inputs": divided(lambda g, q: _finite_sum(g)),
         "add_n per shape": divided(lambda g, q: _add_n_per_shape(q)),
-        "Keras 3": lambda: (lambda g: (
-            [keras.ops.divide(t, scale) for t in g], lso.check_finite(g)))(
-                read()),
+        "Keras 3": lambda: keras_check(read(), scale),
     }
     out = {}
     for name, fn in made.items():
@@ -114,8 +113,7 @@ def main(argv=None) -> int:
     timings = common.interleave(rows(grads, scale), args.steps)
     plain = timings["plain"].median_ms()
     read = timings["one read"].median_ms() - plain
-    floats = sum(a * b for a, b in [(384, 1000)] * args.tensors) \
-        + 1000 * args.tensors
+    floats = sum(g.shape.num_elements() for g in grads)
     print(f"| {len(shapes)} tensors, {floats / 1e6:.1f}M floats | ms "
           "| + ms over plain | x one read |\n|---|---:|---:|---:|")
     for name, timing in timings.items():
