@@ -35,15 +35,11 @@ def _runner(step: Any, x: Any, y: Any) -> Callable[[], Any]:
     return lambda: step(x, y).numpy()
 
 
-def _instance(keras: Any, width: int, layers: int, weights: Any,
-              make: Callable[[], Any], flow: str,
-              jit_compile: Optional[bool], x: Any, y: Any,
-              model: Any = None) -> Callable[[], Any]:
-    """The row's runner on a fresh model (with `weights`; or `model`, just
-    built, whose weights they are) and a fresh optimizer."""
-    if model is None:
-        model = rows.mlp(keras, "tanh", width, layers)
-        model.set_weights(weights)
+def _instance(model: Any, make: Callable[[], Any], flow: str,
+              jit_compile: Optional[bool], x: Any, y: Any
+              ) -> Callable[[], Any]:
+    """The row's runner: a fresh step function and a fresh optimizer on
+    the workload's one model."""
     return _runner(rows.tape_step(model, make(), flow, jit_compile), x, y)
 
 
@@ -54,10 +50,11 @@ def _loop(keras: Any, sizes: common.Sizes, layers: int,
     w = sizes.many_width
     x = tf.random.normal((32, w))
     y = tf.zeros((32, w))
-    # The first row's model gives every row its weights: building one
-    # more (tf_keras: about 15 s at 750 layers) would only copy them.
-    first = rows.mlp(keras, "tanh", w, layers)
-    weights = first.get_weights()
+    # Every row trains the same model: a row's cost is its step function's
+    # (traced afresh for each row and each fresh instance), and one more
+    # model would cost only its building (tf_keras: about 15 s at 750
+    # layers). Each optimizer builds its own slots on the shared variables.
+    model = rows.mlp(keras, "tanh", w, layers)
     makers = rows.loop_makers(keras, "SGD", limit)
     flows = rows.loop_flows(limit)
     if not sizes.keras_flow:
@@ -71,12 +68,12 @@ def _loop(keras: Any, sizes: common.Sizes, layers: int,
     timed: Dict[str, Callable[[], Any]] = {}
     fresh: common.Fresh = {}
     for row, flow in flows.items():
-        build = functools.partial(_instance, keras, w, layers, weights,
-                                  makers[row], flow, jit_compile, x, y)
-        timed[row] = build(model=None if timed else first)
+        build = functools.partial(_instance, model, makers[row], flow,
+                                  jit_compile, x, y)
+        timed[row] = build()
         if rows.is_scaler(row) or row == "ours documented":
             fresh[row] = build
-    return _Loop(len(weights), flows, warm, timed, fresh)
+    return _Loop(len(model.trainable_variables), flows, warm, timed, fresh)
 
 
 def _result(built: _Loop, timings: Dict[str, common.Timing]
