@@ -221,7 +221,7 @@ def test_bench_help_says_what_it_measures_how_long_and_where():
                  "short (default) fit (40 x Dense(512)", "about 5 minutes",
                  "--targets what a change to the step is checked against",
                  "about 9 minutes", "--quick every workload",
-                 "about 23 minutes",
+                 "about 16 minutes",
                  "--full every workload and target at full size",
                  "needs a source checkout"):
         assert part in text, part

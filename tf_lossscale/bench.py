@@ -27,7 +27,7 @@ PRESETS = {
     "quick": "every workload and target on smaller models, fewer steps "
              "(adds Keras 3's flow of the loop, the loop under XLA, small "
              "tensors, XLA fusion counts and a transformer with Dropout): "
-             "about 23 minutes",
+             "about 16 minutes",
     "full": "every workload and target at full size (the loop at 1500 "
             "variables, 60 to 80 steps a row): the longest run, several "
             "times the quick one",
