@@ -127,7 +127,7 @@ def non_xla_report(k3: Optional[dict], tk: Optional[dict],
         "b": [f"**(b)** {desc['b']}", "", *table_b(k3, tk),
               *warm_up_line(k3, tk, "b"), ""],
         "c": [f"**(c)** {desc['c']}. Extra ms over the plain row (reading "
-              "the gradients and returning them); ** over reading the one "
+              "the gradients and returning them); † over reading the one "
               "tensor.", "", *table_c(k3, tk), ""],
         "d": [f"**(d)** {desc['d']}", "", *table_d(k3, tk), ""],
         "g": [f"**(g)** {desc['g']}", "", *table_a(k3, tk, "g"), ""],

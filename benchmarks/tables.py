@@ -38,7 +38,7 @@ LABELS = {
     "ours skipped": "Keras 3: tf_lossscale, every step skipped",
     "one read": "Keras 3 process: one read of all gradients (limit)",
     "one tensor": "Keras 3 process: one read, one concatenated tensor "
-                  "(limit) **",
+                  "(limit) †",
     "tf_keras:plain": "tf_keras: plain optimizer *",
     "tf_keras:barrier": "tf_keras: plain + barrier (limit) *",
     "tf_keras:limit": "tf_keras: plain + one all-finite read (limit) *",
@@ -176,7 +176,7 @@ def table_d(k3: Optional[dict], tk: Optional[dict]) -> List[str]:
     dk = (tk or {}).get("d", {}).get("per gradient count", {})
     same = (k3 or {}).get("d", {}).get("same bytes", {})
     names = [("ours", "tf_lossscale kernel (jit_compile=True)", d3),
-             ("same", "tf_lossscale kernel, 10**6 floats in n gradients",
+             ("same", "tf_lossscale kernel, `10**6` floats in n gradients",
               {n: {"same": v} for n, v in same.items()}),
              ("ours in a compiled caller",
               "tf_lossscale inside a caller compiled whole", d3),

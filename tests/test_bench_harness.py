@@ -5,6 +5,7 @@ combines the seconds it is given."""
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -26,6 +27,7 @@ def test_bench_harness_runs_every_workload_and_prints_a_table(tmp_path):
         capture_output=True, text=True, timeout=600,
         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     assert done.returncode == 0, done.stderr[-3000:]
+    _renders_as_markdown(done.stdout)
     for heading in ("| row | SGD ms |", "| row | step ms |",
                     "| row | big: ms |", "| row | n = 10 |",
                     "| target | measured | met |"):
@@ -93,6 +95,15 @@ def test_bench_harness_runs_every_workload_and_prints_a_table(tmp_path):
     _short_report_from(result)
 
 
+def _renders_as_markdown(text):
+    """The report is pasted into Markdown pages: outside code spans no
+    line may leave a `**` open (a footnote mark or `10**6` would turn the
+    rest of the line bold; the docs' browser test caught one)."""
+    for line in text.splitlines():
+        prose = re.sub(r"`[^`]*`", "", line)
+        assert prose.count("**") % 2 == 0, line
+
+
 def _short_report_from(result):
     """The short preset's report, made from the tiny run's rows: its tables
     and its one list of targets (issue 32's), nothing else."""
@@ -104,6 +115,7 @@ def _short_report_from(result):
         sys.path.pop(0)
     k3, tk = result["keras3"], result["tf_keras"]
     text = report(k3, tk, "short", {"before": [0.1], "after": [0.1]}, 1.0)
+    _renders_as_markdown(text)
     assert text.startswith("### Benchmark (`--short`)")
     for part in ("**(a)** compile + train_on_batch", "**(e)** (a) compiled "
                  "whole by XLA", "**(b)** tf.function GradientTape loop",
