@@ -89,7 +89,7 @@ MODES: Dict[str, Sizes] = {
     # rows carry (`targets.short_targets`). Its time goes to rounds, which
     # narrow the per-step intervals (15 rounds left most verdicts "within
     # noise"), not to first calls: one each (the medians of three are
-    # `quick`'s), which also builds no fresh 750-layer model.
+    # `quick`'s).
     "targets": Sizes(mlp_layers=40, mlp_width=512, mlp_batch=64,
                      mlp_steps=40, optimizers=("SGD", "Adam"),
                      many_layers=750, many_width=16, many_steps=30,
