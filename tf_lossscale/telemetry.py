@@ -149,8 +149,9 @@ class Telemetry:
             names = list(self.names)
 
             def check(record: skip_record.RecordVariables) -> Any:
-                return self.stop.check(record.streak, record.scale, names,
-                                       record.indices, record.step)
+                return self.stop.check(record.streak, record.used_scale(),
+                                       names, record.named_indices(),
+                                       record.step)
         return skip_record.recorder(
             self.variables, lambda: tf.convert_to_tensor(iterations()),
             check, ranks, self._loss_here)

@@ -366,8 +366,9 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
     def _check_streak(self, variables: skip_record.RecordVariables,
                       names: List[str]) -> Any:
         """The stop's check on the record a traced step wrote."""
-        return self._stop.check(variables.streak, variables.scale, names,
-                                variables.indices, variables.step)
+        return self._stop.check(variables.streak, variables.used_scale(),
+                                names, variables.named_indices(),
+                                variables.step)
 
     def _skip_record(self) -> Optional[V1SkipRecord]:
         """The record a step built here writes; None in a TF1 graph."""
