@@ -1,0 +1,76 @@
+"""The fixed cost per step: a model so small that its step is almost all overhead.
+
+    python benchmarks/tiny_step.py [--optimizer SGD] [--steps 3000] [--xla]
+
+Not part of the suite's table: the suite's models take milliseconds a step,
+where a few tens of microseconds are below its noise. Here one Dense(8) on
+a batch of 2 (Keras 3) is trained by the plain optimizer, Keras' own
+`LossScaleOptimizer` and tf_lossscale's, called round-robin; it prints each
+row's median step and its paired median over the plain step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import tf_lossscale  # noqa: E402
+
+tf.get_logger().setLevel("ERROR")
+
+ROWS = ("plain", "Keras' own", "tf_lossscale")
+
+
+def _model(row: str, optimizer: str, xla: bool) -> keras.Model:
+    inner = getattr(keras.optimizers, optimizer)(1e-3)
+    wrapped = {"plain": inner,
+               "Keras' own": keras.optimizers.LossScaleOptimizer(inner),
+               "tf_lossscale": tf_lossscale.LossScaleOptimizer(inner)}
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(8)])
+    model.compile(optimizer=wrapped[row], loss="mse", jit_compile=xla)
+    return model
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--optimizer", default="SGD",
+                        help="a keras.optimizers class (default SGD)")
+    parser.add_argument("--steps", type=int, default=3000)
+    parser.add_argument("--xla", action="store_true",
+                        help="compile(jit_compile=True)")
+    args = parser.parse_args(argv)
+    x = np.ones((2, 8), "float32")
+    y = np.zeros((2, 8), "float32")
+    models = {}
+    for row in ROWS:
+        models[row] = _model(row, args.optimizer, args.xla)
+        for _ in range(10):
+            models[row].train_on_batch(x, y)
+    seconds = {row: [] for row in ROWS}
+    for i in range(args.steps):
+        shift = i % len(ROWS)
+        for row in ROWS[shift:] + ROWS[:shift]:
+            start = time.perf_counter()
+            models[row].train_on_batch(x, y)
+            seconds[row].append(time.perf_counter() - start)
+    plain = np.array(seconds["plain"])
+    print(f"one Dense(8), batch 2, {args.optimizer}, "
+          f"{'XLA' if args.xla else 'no XLA'}, {args.steps} steps a row")
+    for row in ROWS:
+        over = np.median(np.array(seconds[row]) / plain) - 1
+        print(f"  {row:13s} {statistics.median(seconds[row]) * 1e6:6.0f} us"
+              f"  {100 * over:+5.1f}% over plain")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
