@@ -707,3 +707,31 @@ def test_summed_gradients_of_one_replica_reuse_the_unscaled_verdict(
     np.testing.assert_array_equal(var.numpy(), [0.5, 1.0])
     assert (float(opt.loss_scale), int(opt.dynamic_counter)) == (512.0, 0)
     assert checks == []
+
+
+def test_building_first_traces_the_train_function_once_and_trains_the_same():
+    # tf_keras builds the optimizer inside the first trace of its train
+    # function, and variables made there make TensorFlow trace it again;
+    # `build` after `compile` (docs/performance.md's tip) saves that trace.
+    x = np.arange(8, dtype="float32").reshape(2, 4) / 8
+    y = np.ones((2, 4), "float32")
+    models = []
+    for built in (False, True):
+        tf_keras.utils.set_random_seed(1)
+        model = tf_keras.Sequential([tf_keras.Input((4,)),
+                                     tf_keras.layers.Dense(4)])
+        model.compile(optimizer=_lso(tf_keras.optimizers.Adam(0.1)),
+                      loss="mse")
+        if built:
+            model.optimizer.build(model.trainable_variables)
+        for _ in range(3):
+            model.train_on_batch(x, y)
+        models.append(model)
+    as_is, built = models
+    assert as_is.train_function.experimental_get_tracing_count() == 2
+    assert built.train_function.experimental_get_tracing_count() == 1
+    for a, b in zip(as_is.trainable_variables, built.trainable_variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    assert [v.numpy().tolist() for v in built.optimizer.variables] == [
+        v.numpy().tolist() for v in as_is.optimizer.variables]
+    assert int(built.optimizer.iterations) == 3
