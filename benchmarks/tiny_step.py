@@ -48,6 +48,11 @@ def main(argv=None) -> int:
     parser.add_argument("--xla", action="store_true",
                         help="compile(jit_compile=True)")
     args = parser.parse_args(argv)
+    if args.steps < 1:
+        parser.error(f"--steps must be at least 1, got {args.steps}")
+    if not isinstance(getattr(keras.optimizers, args.optimizer, None), type):
+        parser.error(f"--optimizer {args.optimizer!r} is not a class of "
+                     "keras.optimizers (SGD, Adam, AdamW, ...)")
     x = np.ones((2, 8), "float32")
     y = np.zeros((2, 8), "float32")
     models = {}
