@@ -11,6 +11,7 @@ different numbers, both sets of numbers are cases here, on both flavours.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Dict
 
 import numpy as np
@@ -229,6 +230,92 @@ def test_minimize_scales_unscales_and_applies(flavour, mode):
     runner(mode, step)()
     np.testing.assert_array_equal(np.asarray(var), [-1.0, -5.0])
     assert int(opt.iterations) == 2
+
+
+# The first trace.
+
+
+def _fit_three_steps(flavour: Any, wrap: Callable[[Any], Any],
+                     inner: Callable[[], Any], jit_compile: bool) -> Any:
+    """A seeded two-layer model trained three `train_on_batch` steps,
+    counting the traces of its `train_step`."""
+    keras = flavour.keras
+    keras.utils.set_random_seed(3)
+    model = keras.Sequential([keras.Input((4,)),
+                              keras.layers.Dense(3, name="first"),
+                              keras.layers.Dense(2, name="second")],
+                             name="net")
+    model.compile(optimizer=wrap(inner()), loss="mse",
+                  jit_compile=jit_compile)
+    traced = model.train_step
+    model.traces = 0
+
+    def counted(data: Any) -> Any:
+        model.traces += 1
+        return traced(data)
+
+    model.train_step = counted
+    x = np.linspace(-1, 1, 8, dtype="float32").reshape(2, 4)
+    for _ in range(3):
+        model.train_on_batch(x, np.ones((2, 2), "float32"))
+    return model
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+@pytest.mark.parametrize("optimizer", ["SGD", "Adam"])
+def test_fit_traces_its_step_once_and_trains_as_the_original(
+        flavour, optimizer, jit_compile):
+    # The inner optimizer's slots are made eagerly (eager_variables.py):
+    # the original's first step makes them in the trace, and TensorFlow
+    # traces the step a second time; the trained values are the same.
+    for family in flavour.optimizer_families:
+        inner = functools.partial(getattr(family, optimizer), 0.1)
+        ours = _fit_three_steps(flavour, flavour.wrap, inner, jit_compile)
+        theirs = _fit_three_steps(flavour, flavour.original, inner,
+                                  jit_compile)
+        assert ours.traces == 1, family.__name__
+        assert snapshot(ours.trainable_variables) == snapshot(
+            theirs.trainable_variables)
+        assert snapshot(_variables(ours.optimizer.inner_optimizer)) == \
+            snapshot(_variables(theirs.optimizer.inner_optimizer))
+        assert int(ours.optimizer.iterations) == 3
+
+
+def _loop_traced_once(flavour: Any, family: Any, jit_compile: bool) -> None:
+    """Two steps of a custom loop's `tf.function` with Adam: one trace,
+    and the values of the inner optimizer alone."""
+    var = flavour.variable([1.0, -2.0])
+    opt = flavour.wrap(family.Adam(0.5), initial_scale=4.0)
+    step = tf.function(
+        lambda: flavour.scaled_step(
+            opt, lambda: tf.reduce_sum(var * var), [var]),
+        jit_compile=jit_compile)
+    step()
+    step()
+    assert step.experimental_get_tracing_count() == 1, family.__name__
+    assert int(opt.iterations) == 2
+    # The inner optimizer alone, eagerly, on the true gradients 2 * var
+    # (XLA fuses Adam's update: equal to float32 rounding).
+    alone, plain = flavour.variable([1.0, -2.0]), family.Adam(0.5)
+    for _ in range(2):
+        plain.apply_gradients([(2 * tf.convert_to_tensor(alone), alone)])
+    np.testing.assert_allclose(np.asarray(var), np.asarray(alone), rtol=1e-6)
+    for mine, other in zip(_variables(opt.inner_optimizer),
+                           _variables(plain)):
+        np.testing.assert_allclose(np.asarray(mine), np.asarray(other),
+                                   rtol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["function", "xla"])
+def test_a_custom_loop_step_is_traced_once(flavour, mode):
+    for family in flavour.optimizer_families:
+        _loop_traced_once(flavour, family, mode == "xla")
+
+
+def _variables(optimizer: Any) -> list:
+    """An optimizer's variables (tf_keras' legacy ones: a method)."""
+    found = optimizer.variables
+    return list(found() if callable(found) else found)
 
 
 # What a module of each side imports to run the tests above.

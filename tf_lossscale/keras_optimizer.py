@@ -28,6 +28,7 @@ import tensorflow as tf
 from tf_lossscale import (
     _tf_private,
     distribute,
+    eager_variables,
     experimental,
     gradient_check,
     keras_arguments,
@@ -249,7 +250,7 @@ class KerasLossScaleOptimizer(optimizer_lib.LossScaleOptimizer,
             return
         variables = self._variables_for(grads, trainable_variables)
         if not self.built:
-            self.build(variables)
+            eager_variables.build(lambda: self.build(variables))
         _tf_private.keras_check_variables_are_known(self, variables)
         taken = self._decide(grads)
         keep = [bool(getattr(v, "overwrite_with_gradient", False))

@@ -58,6 +58,7 @@ import tf_keras
 from tf_lossscale import (
     _tf_private,
     distribute,
+    eager_variables,
     experimental,
     tf_keras_checks,
     tf_keras_loss_scale_state,
@@ -311,11 +312,13 @@ class TfKerasLegacyLossScaleOptimizer(
         # Already summed across replicas (or the caller chose not to), or
         # for an inner optimizer that sums them itself; the inner optimizer
         # clips them as it applies them.
+        # It creates its slots in its first step (eagerly): not lifted.
         pairs = list(zip(grads, variables))
-        if not _takes_aggregate_flag(self.inner_optimizer):
-            return self.inner_optimizer.apply_gradients(pairs)
-        return self.inner_optimizer.apply_gradients(
-            pairs, experimental_aggregate_gradients=False)
+        with eager_variables.made_eagerly():
+            if not _takes_aggregate_flag(self.inner_optimizer):
+                return self.inner_optimizer.apply_gradients(pairs)
+            return self.inner_optimizer.apply_gradients(
+                pairs, experimental_aggregate_gradients=False)
 
     def _skip_inner(self) -> Any:
         return self.inner_optimizer.iterations.assign_add(1, read_value=False)

@@ -34,7 +34,12 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 import tensorflow as tf
 import tf_keras
 
-from tf_lossscale import _tf_private, distribute, experimental
+from tf_lossscale import (
+    _tf_private,
+    distribute,
+    eager_variables,
+    experimental,
+)
 from tf_lossscale import optimizer as optimizer_lib
 from tf_lossscale import settings as settings_lib
 from tf_lossscale.optimizer import InnerAttribute
@@ -291,7 +296,7 @@ class TfKerasLossScaleOptimizer(ScalingWarnings,
         # them on as they were: one replica).
         before = [g for g, _ in pairs]
         taken = self._decide(before)
-        with tf.init_scope():
+        with tf.init_scope(), eager_variables.made_eagerly():
             # Slots exist before the first step, applied or skipped.
             self.inner_optimizer.build([v for _, v in pairs])
         if aggregate:
