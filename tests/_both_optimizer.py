@@ -274,11 +274,24 @@ def test_fit_traces_its_step_once_and_trains_as_the_original(
         theirs = _fit_three_steps(flavour, flavour.original, inner,
                                   jit_compile)
         assert ours.traces == 1, family.__name__
-        assert snapshot(ours.trainable_variables) == snapshot(
-            theirs.trainable_variables)
-        assert snapshot(_variables(ours.optimizer.inner_optimizer)) == \
-            snapshot(_variables(theirs.optimizer.inner_optimizer))
+        _assert_same(ours.trainable_variables, theirs.trainable_variables,
+                     jit_compile)
+        _assert_same(_variables(ours.optimizer.inner_optimizer),
+                     _variables(theirs.optimizer.inner_optimizer),
+                     jit_compile)
         assert int(ours.optimizer.iterations) == 3
+
+
+def _assert_same(mine: Any, theirs: Any, compiled: bool) -> None:
+    """Bit-identical; compiled by XLA, equal to float32 rounding (how XLA
+    fuses an update may round one element's last bit differently)."""
+    if not compiled:
+        assert snapshot(mine) == snapshot(theirs)
+        return
+    assert len(mine) == len(theirs)
+    for a, b in zip(mine, theirs):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6,
+                                   atol=1e-7)
 
 
 def _loop_traced_once(flavour: Any, family: Any, jit_compile: bool) -> None:

@@ -35,8 +35,10 @@ in the optimized HLO of a compiled step (benchmarks/hlo_step.py):
   which is 0 on a CPU at 2**127.
 
 What costs a first call is tracing: TensorFlow spends about 600 Python
-calls creating each op, and a step is traced twice when its first call
-creates variables (tf_keras' slots), again for a smaller last batch. So
+calls creating each op, and a step is traced again for a smaller last
+batch (and twice when its first call creates variables, as a model built
+in its first step does; the inner optimizer's slots are made eagerly,
+`eager_variables.py`). So
 the verdict, with its exact branch, is a `tf.function` of the gradients
 (`_traced_once`): a trace with the same gradient shapes reuses its graph,
 and XLA inlines it as if it were written out (the same HLO). A division
