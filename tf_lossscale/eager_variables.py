@@ -9,8 +9,8 @@ An inner optimizer creates its slots in its first step: tf_keras' under
 the trace itself. A variable made eagerly has nothing to lift, so here it
 is made without lifting, and the first trace is the one every call runs,
 as when the optimizer was built before the first step. The variables,
-their values and their names are the same; the first call traces half as
-much (a `fit` step of 40 x Dense(512) with Adam: one trace instead of two).
+their values and their names are those the build in the trace makes; the
+first call traces half as much (a `fit` step with Adam: one trace, not two).
 
 Under a `tf.distribute` strategy nothing changes: the strategy decides
 where its variables live, and Keras builds them before the step there.
