@@ -243,6 +243,40 @@ def test_first_call_targets_are_on_the_medians_and_say_when_they_overlap(
     assert single["noise"] is None and single["measured"] == "5 s vs 6 s"
 
 
+# --- fit_floor.py: what (a)'s step must cost
+
+def test_fit_floor_rows_apply_what_they_say_and_its_table_prints(
+        common, capsys):
+    """The one-read row applies the gradients as plain SGD does; the
+    division row applies them divided by the scale (a power of two, so
+    exactly); `main` prints every row over the plain one."""
+    import fit_floor
+    import keras
+    import numpy as np
+    x = np.ones((4, 8), "float32")
+    y = np.full((4, 8), 8.0, "float32")
+    moves = {}
+    makers = fit_floor.makers("SGD")
+    for row in ("plain", "one read", "divide + one read"):
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(
+            8, kernel_initializer="zeros")])
+        model.compile(optimizer=makers[row](), loss="mse")
+        model.train_on_batch(x, y)
+        moves[row] = model.get_weights()[0]
+    assert np.all(moves["plain"] > 0)
+    np.testing.assert_array_equal(moves["one read"], moves["plain"])
+    np.testing.assert_array_equal(
+        moves["divide + one read"] * fit_floor.SCALE, moves["plain"])
+    assert fit_floor.main(["--steps", "2", "--layers", "1",
+                           "--width", "8"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "1 x Dense(8), batch 64, SGD, no XLA, 2 steps a row"
+    assert [line.split(" ms ")[0].rsplit(None, 1)[0].strip()
+            for line in lines[1:]] == list(makers)
+    with pytest.raises(SystemExit):
+        fit_floor.main(["--steps", "0"])
+
+
 # --- check_cost.py: where (c) big's time goes
 
 def test_check_cost_rows_are_real_checks_and_its_table_prints(

@@ -1,0 +1,139 @@
+"""What an exact scaler's `fit` step must cost without XLA: (a)'s floor.
+
+    python benchmarks/fit_floor.py [--optimizer SGD] [--steps 200]
+
+Not part of the suite's table: it explains (a)'s targets. The suite's
+reference row, `barrier` (every update waits for every gradient), hands the
+inner optimizer the gradients as they are. A scaler whose updates equal
+the original's must hand it the gradients divided by the scale: a read and
+a write of every gradient, which no op fuses without XLA. Rows, Keras 3,
+(a)'s model (40 x Dense(512), batch 64), called round-robin, each with its
+median step and its paired median over the plain step:
+
+- plain: the inner optimizer;
+- barrier: the suite's reference row (`rows.with_barrier`);
+- one read: the updates wait for a sum of every gradient (the verdict's
+  read, nothing divided);
+- divide + one read: every gradient divided by a power-of-two scale, each
+  quotient summed, the updates wait for that verdict and apply the
+  quotients: the work of an exact scaler, with no conditional, no scale
+  update and no skip (it never skips: a cost, not a scaler);
+- Keras' own `LossScaleOptimizer` and tf_lossscale's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from typing import Any, Callable, Dict, List
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import rows  # noqa: E402
+
+import tf_lossscale  # noqa: E402
+
+tf.get_logger().setLevel("ERROR")
+
+SCALE = 2.0 ** 15
+
+
+def _sums_finite(grads: List[tf.Tensor]) -> tf.Tensor:
+    return tf.math.is_finite(tf.add_n([tf.reduce_sum(g) for g in grads]))
+
+
+def with_read(inner_cls: type) -> type:
+    """`inner_cls` whose updates wait for one read of every gradient."""
+    class OneRead(inner_cls):
+        def apply(self, grads, trainable_variables=None):
+            grads = list(grads)
+            with tf.control_dependencies([_sums_finite(grads)]):
+                return super().apply(grads, trainable_variables)
+    return OneRead
+
+
+def with_division(inner_cls: type) -> type:
+    """`inner_cls` that applies every gradient divided by `SCALE`, once a
+    sum of every quotient has been read."""
+    class DivideRead(inner_cls):
+        def apply(self, grads, trainable_variables=None):
+            if not hasattr(self, "scale_for_floor"):
+                with tf.init_scope():
+                    self.scale_for_floor = tf.Variable(
+                        SCALE, trainable=False, name="scale_for_floor")
+            quotients = [g / self.scale_for_floor for g in grads]
+            with tf.control_dependencies([_sums_finite(quotients)]):
+                return super().apply(quotients, trainable_variables)
+    return DivideRead
+
+
+def makers(optimizer: str) -> Dict[str, Callable[[], Any]]:
+    """Row -> factory of a fresh optimizer wrapping `optimizer`."""
+    inner = getattr(keras.optimizers, optimizer)
+    return {
+        "plain": lambda: inner(learning_rate=rows.LR),
+        "barrier": lambda: rows.with_barrier(inner)(learning_rate=rows.LR),
+        "one read": lambda: with_read(inner)(learning_rate=rows.LR),
+        "divide + one read": lambda: with_division(inner)(
+            learning_rate=rows.LR),
+        "Keras' own": lambda: keras.optimizers.LossScaleOptimizer(
+            inner(learning_rate=rows.LR)),
+        "tf_lossscale": lambda: tf_lossscale.LossScaleOptimizer(
+            inner(learning_rate=rows.LR)),
+    }
+
+
+def main(argv: Any = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--optimizer", default="SGD",
+                        help="a keras.optimizers class (default SGD)")
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--layers", type=int, default=40)
+    parser.add_argument("--width", type=int, default=512)
+    args = parser.parse_args(argv)
+    if min(args.steps, args.layers, args.width) < 1:
+        parser.error("--steps, --layers and --width must be at least 1, got "
+                     f"{args.steps}, {args.layers} and {args.width}")
+    if not isinstance(getattr(keras.optimizers, args.optimizer, None), type):
+        parser.error(f"--optimizer {args.optimizer!r} is not a class of "
+                     "keras.optimizers (SGD, Adam, AdamW, ...)")
+    x = np.random.default_rng(0).standard_normal(
+        (64, args.width)).astype("float32")
+    y = np.zeros_like(x)
+    weights = rows.mlp(keras, "relu", args.width, args.layers).get_weights()
+    steps = {}
+    for row, make in makers(args.optimizer).items():
+        model = rows.mlp(keras, "relu", args.width, args.layers)
+        model.set_weights(weights)
+        model.compile(optimizer=make(), loss="mse", jit_compile=False)
+        steps[row] = (lambda m=model: m.train_on_batch(x, y))
+        for _ in range(3):
+            steps[row]()
+    names = list(steps)
+    seconds: Dict[str, List[float]] = {row: [] for row in names}
+    for i in range(args.steps):
+        shift = i % len(names)
+        for row in names[shift:] + names[:shift]:
+            start = time.perf_counter()
+            steps[row]()
+            seconds[row].append(time.perf_counter() - start)
+    plain = np.array(seconds["plain"])
+    print(f"{args.layers} x Dense({args.width}), batch 64, {args.optimizer}, "
+          f"no XLA, {args.steps} steps a row")
+    for row in names:
+        over = np.median(np.array(seconds[row]) / plain) - 1
+        print(f"  {row:17s} {statistics.median(seconds[row]) * 1e3:7.2f} ms"
+              f"  {100 * over:+5.1f}% over plain")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
