@@ -223,6 +223,7 @@ def test_bench_help_says_what_it_measures_how_long_and_where():
                  "about 10 minutes", "--quick every workload",
                  "about 16 minutes",
                  "--full every workload and target at full size",
+                 "about 40 minutes",
                  "needs a source checkout"):
         assert part in text, part
     # Every line fits 80 columns (the presets' text is wrapped to it).

@@ -29,8 +29,8 @@ PRESETS = {
              "tensors, XLA fusion counts and a transformer with Dropout): "
              "about 16 minutes",
     "full": "every workload and target at full size (the loop at 1500 "
-            "variables, 60 to 80 steps a row): the longest run, several "
-            "times the quick one",
+            "variables, 60 to 80 steps a row): the longest run, about 40 "
+            "minutes",
 }
 
 
