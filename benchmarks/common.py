@@ -11,7 +11,7 @@ import gc
 import os
 import sys
 import time
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 
 @dataclasses.dataclass(frozen=True)
@@ -235,6 +235,24 @@ def interleave(rows: Dict[str, Callable[[], object]], steps: int,
     finally:
         gc.unfreeze()
     return timings
+
+
+def paired_over(timings: Dict[str, Timing], base: str = "plain"
+                ) -> Dict[str, float]:
+    """Each row's median over `base`: the median, over rounds, of its step
+    divided by `base`'s step of the same round, minus 1 (`interleave`
+    appends one sample per row per round, so the i-th samples pair up)."""
+    ref = timings[base].samples
+    return {name: _median([a / b for a, b in zip(t.samples, ref)]) - 1
+            for name, t in timings.items()}
+
+
+def optimizer_error(keras: Any, name: str) -> Optional[str]:
+    """Why `name` is not a class of `keras.optimizers`, or None if it is."""
+    if isinstance(getattr(keras.optimizers, name, None), type):
+        return None
+    return (f"--optimizer {name!r} is not a class of keras.optimizers (SGD, "
+            "Adam, AdamW, ...)")
 
 
 def warm_up(rows: Dict[str, Callable[[], object]]) -> Dict[str, float]:

@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 from typing import Any, Callable, Dict, List
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -37,6 +35,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
 import rows  # noqa: E402
 
 import tf_lossscale  # noqa: E402
@@ -102,9 +101,9 @@ def main(argv: Any = None) -> int:
     if min(args.steps, args.layers, args.width) < 1:
         parser.error("--steps, --layers and --width must be at least 1, got "
                      f"{args.steps}, {args.layers} and {args.width}")
-    if not isinstance(getattr(keras.optimizers, args.optimizer, None), type):
-        parser.error(f"--optimizer {args.optimizer!r} is not a class of "
-                     "keras.optimizers (SGD, Adam, AdamW, ...)")
+    error = common.optimizer_error(keras, args.optimizer)
+    if error:
+        parser.error(error)
     x = np.random.default_rng(0).standard_normal(
         (64, args.width)).astype("float32")
     y = np.zeros_like(x)
@@ -115,23 +114,13 @@ def main(argv: Any = None) -> int:
         model.set_weights(weights)
         model.compile(optimizer=make(), loss="mse", jit_compile=False)
         steps[row] = (lambda m=model: m.train_on_batch(x, y))
-        for _ in range(3):
-            steps[row]()
-    names = list(steps)
-    seconds: Dict[str, List[float]] = {row: [] for row in names}
-    for i in range(args.steps):
-        shift = i % len(names)
-        for row in names[shift:] + names[:shift]:
-            start = time.perf_counter()
-            steps[row]()
-            seconds[row].append(time.perf_counter() - start)
-    plain = np.array(seconds["plain"])
+    timings = common.interleave(steps, args.steps)
+    over = common.paired_over(timings)
     print(f"{args.layers} x Dense({args.width}), batch 64, {args.optimizer}, "
           f"no XLA, {args.steps} steps a row")
-    for row in names:
-        over = np.median(np.array(seconds[row]) / plain) - 1
-        print(f"  {row:17s} {statistics.median(seconds[row]) * 1e3:7.2f} ms"
-              f"  {100 * over:+5.1f}% over plain")
+    for row, timing in timings.items():
+        print(f"  {row:17s} {timing.median_ms():7.2f} ms"
+              f"  {100 * over[row]:+5.1f}% over plain")
     return 0
 
 

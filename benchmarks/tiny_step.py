@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import time
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
 
 import tf_lossscale  # noqa: E402
 
@@ -50,30 +52,22 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.steps < 1:
         parser.error(f"--steps must be at least 1, got {args.steps}")
-    if not isinstance(getattr(keras.optimizers, args.optimizer, None), type):
-        parser.error(f"--optimizer {args.optimizer!r} is not a class of "
-                     "keras.optimizers (SGD, Adam, AdamW, ...)")
+    error = common.optimizer_error(keras, args.optimizer)
+    if error:
+        parser.error(error)
     x = np.ones((2, 8), "float32")
     y = np.zeros((2, 8), "float32")
-    models = {}
+    steps = {}
     for row in ROWS:
-        models[row] = _model(row, args.optimizer, args.xla)
-        for _ in range(10):
-            models[row].train_on_batch(x, y)
-    seconds = {row: [] for row in ROWS}
-    for i in range(args.steps):
-        shift = i % len(ROWS)
-        for row in ROWS[shift:] + ROWS[:shift]:
-            start = time.perf_counter()
-            models[row].train_on_batch(x, y)
-            seconds[row].append(time.perf_counter() - start)
-    plain = np.array(seconds["plain"])
+        model = _model(row, args.optimizer, args.xla)
+        steps[row] = (lambda m=model: m.train_on_batch(x, y))
+    timings = common.interleave(steps, args.steps)
+    over = common.paired_over(timings)
     print(f"one Dense(8), batch 2, {args.optimizer}, "
           f"{'XLA' if args.xla else 'no XLA'}, {args.steps} steps a row")
-    for row in ROWS:
-        over = np.median(np.array(seconds[row]) / plain) - 1
-        print(f"  {row:13s} {statistics.median(seconds[row]) * 1e6:6.0f} us"
-              f"  {100 * over:+5.1f}% over plain")
+    for row, timing in timings.items():
+        print(f"  {row:13s} {timing.median_ms() * 1e3:6.0f} us"
+              f"  {100 * over[row]:+5.1f}% over plain")
     return 0
 
 

@@ -275,6 +275,20 @@ def test_fit_floor_rows_apply_what_they_say_and_its_table_prints(
             for line in lines[1:]] == list(makers)
     with pytest.raises(SystemExit):
         fit_floor.main(["--steps", "0"])
+    assert common.optimizer_error(keras, "SGD") is None
+    assert common.optimizer_error(keras, "Sgd") == (
+        "--optimizer 'Sgd' is not a class of keras.optimizers (SGD, Adam, "
+        "AdamW, ...)")
+
+
+def test_paired_over_is_the_median_of_same_round_ratios(common):
+    """Round i of a row is divided by round i of plain: a row twice as
+    slow in every round is +100% whatever the rounds' spread."""
+    timings = {"plain": common.Timing([1.0], [1.0, 4.0, 2.0]),
+               "twice": common.Timing([1.0], [2.0, 8.0, 4.0]),
+               "mixed": common.Timing([1.0], [1.5, 4.0, 1.0])}
+    over = common.paired_over(timings)
+    assert over == {"plain": 0.0, "twice": 1.0, "mixed": 0.0}
 
 
 # --- check_cost.py: where (c) big's time goes
