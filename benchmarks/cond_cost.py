@@ -8,7 +8,8 @@ as (b) (Keras 3, SGD), with rows that add one ingredient at a time:
 - plain: the inner optimizer;
 - wait: the update waits for every gradient (the barrier row of the suite);
 - check, no skip: `finite.unscale_and_check`, then the update waits for the
-  verdict but always runs (not a loss scaler: it never skips);
+  verdict (written to a variable: `rows.written`) but always runs (not a
+  loss scaler: it never skips);
 - check + tf.cond: the same, with the update inside `tf.cond(finite, ...)`,
   which is how an exact skip of an arbitrary inner optimizer is written;
 - tf_lossscale and Keras 3: the real optimizers.
@@ -27,6 +28,7 @@ import keras  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
+import rows  # noqa: E402
 
 import tf_lossscale  # noqa: E402
 from tf_lossscale import finite  # noqa: E402
@@ -54,7 +56,7 @@ class ProbeSGD(keras.optimizers.SGD):
                 return parent(grads, trainable_variables)
         unscaled, ok = finite.unscale_and_check(grads, tf.constant(SCALE))
         if self.mode == "check, no skip":
-            with tf.control_dependencies([ok]):
+            with tf.control_dependencies([rows.written(self, ok)]):
                 return parent(unscaled, trainable_variables)
 
         def update():
@@ -103,13 +105,13 @@ def main(argv=None) -> int:
             keras.optimizers.SGD(1e-4)),
     }
     x, y = tf.random.normal((32, 16)), tf.zeros((32, 16))
-    rows = {}
+    calls = {}
     for name, make in optimizers.items():
         model = mlp()
         model.set_weights(weights)
         step = _step(model, make())
-        rows[name] = (lambda s: lambda: s(x, y).numpy())(step)
-    timings = common.interleave(rows, args.steps)
+        calls[name] = (lambda s: lambda: s(x, y).numpy())(step)
+    timings = common.interleave(calls, args.steps)
     plain = timings["plain"].median_ms()
     print(f"| {args.layers} x Dense(16), {2 * args.layers} variables "
           "| step ms | overhead |\n|---|---:|---:|")

@@ -81,6 +81,22 @@ def with_barrier(inner_cls: type) -> type:
     return Barrier
 
 
+def written(owner: Any, verdict: tf.Tensor) -> Any:
+    """An op that writes `verdict` into a variable of `owner`: wait for it.
+
+    A control dependency on a computation with no effect is no wait at
+    all: Grappler's dependency optimizer turns a node whose outputs feed
+    only control edges into a NoOp, so the read it stands for never runs
+    (measured: a step waiting on `is_finite(sum)` ran no Sum). A write has
+    an effect, so it stays, with every read it takes.
+    """
+    if not hasattr(owner, "verdict_written"):
+        with tf.init_scope():
+            owner.verdict_written = tf.Variable(
+                True, trainable=False, name="verdict_written")
+    return owner.verdict_written.assign(verdict, read_value=False)
+
+
 def _all_finite(grads: List[Any]) -> tf.Tensor:
     """One read of every gradient (a sum each, as (c)'s "one read" row):
     finite iff the total is (a verdict that overflowing sums could fool;

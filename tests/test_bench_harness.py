@@ -270,7 +270,8 @@ def test_fit_floor_rows_apply_what_they_say_and_its_table_prints(
     assert fit_floor.main(["--steps", "2", "--layers", "1",
                            "--width", "8"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == "1 x Dense(8), batch 64, SGD, no XLA, 2 steps a row"
+    assert lines[0] == (
+        "Keras 3, 1 x Dense(8), batch 64, SGD, no XLA, 2 steps a row")
     assert [line.split(" ms ")[0].rsplit(None, 1)[0].strip()
             for line in lines[1:]] == list(makers)
     with pytest.raises(SystemExit):
@@ -279,6 +280,68 @@ def test_fit_floor_rows_apply_what_they_say_and_its_table_prints(
     assert common.optimizer_error(keras, "Sgd") == (
         "--optimizer 'Sgd' is not a class of keras.optimizers (SGD, Adam, "
         "AdamW, ...)")
+
+
+def _one_fit_step(make, y_value):
+    """The optimizer `make()` after one `fit` step of a Dense(4) whose
+    targets are all `y_value`."""
+    import keras
+    import numpy as np
+    optimizer = make()
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(4)])
+    model.compile(optimizer=optimizer, loss="mse", jit_compile=False)
+    model.train_on_batch(np.ones((2, 4), "float32"),
+                         np.full((2, 4), y_value, "float32"))
+    return optimizer
+
+
+def test_fit_floor_read_rows_read_the_gradients(common):
+    """The read the floor rows wait for is made: its verdict lands in a
+    variable, True on finite gradients and False on infinite ones (a
+    verdict that only fed control edges was dropped by Grappler, and the
+    rows then cost no read)."""
+    import fit_floor
+    makers = fit_floor.makers("SGD")
+    for row in ("one read", "divide + one read"):
+        assert bool(_one_fit_step(makers[row], 1.0).verdict_written)
+        assert not bool(_one_fit_step(makers[row], float("inf"))
+                        .verdict_written)
+
+
+def test_fit_floor_runs_on_tf_keras(common):
+    """`TF_USE_LEGACY_KERAS=1` runs every row on tf_keras (its optimizers
+    take their gradients in `apply_gradients`)."""
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "fit_floor.py"),
+         "--steps", "2", "--layers", "1", "--width", "8",
+         "--optimizer", "Adam"],
+        capture_output=True, text=True, timeout=600,
+        env=dict(os.environ, TF_USE_LEGACY_KERAS="1",
+                 TF_CPP_MIN_LOG_LEVEL="2"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert lines[0] == ("tf_keras, 1 x Dense(8), batch 64, Adam, no XLA, "
+                        "2 steps a row")
+    assert [line.split(" ms ")[0].rsplit(None, 1)[0].strip()
+            for line in lines[1:]] == [
+        "plain", "barrier", "one read", "divide + one read", "Keras' own",
+        "tf_lossscale"]
+
+
+def test_cond_cost_check_without_skip_reads_the_gradients(common):
+    """cond_cost's "check, no skip" row makes its check (the verdict lands
+    in a variable) and still applies an infinite gradient (it never
+    skips)."""
+    import cond_cost
+    finite = _one_fit_step(
+        lambda: cond_cost.ProbeSGD("check, no skip", learning_rate=1e-4),
+        1.0)
+    assert bool(finite.verdict_written)
+    infinite = _one_fit_step(
+        lambda: cond_cost.ProbeSGD("check, no skip", learning_rate=1e-4),
+        float("inf"))
+    assert not bool(infinite.verdict_written)
+    assert int(infinite.iterations) == 1
 
 
 def test_paired_over_is_the_median_of_same_round_ratios(common):
