@@ -156,11 +156,15 @@ def run_cond_as_one_call(cond_output: tf.Tensor) -> bool:
     By default TensorFlow lowers a traced `tf.cond` into Switch/Merge nodes,
     one Switch per tensor the branches capture: for an optimizer update,
     every gradient, variable and slot (about 4 per variable with Adam). Run
-    as one function call instead, the step costs markedly less (measured on
-    a 20 x Dense(256) MLP with Adam: +9.5% to +13.3% over the plain step
-    instead of +28.8% to +41.3%). The attribute is how `tf.cond` itself
-    chooses (`_lower_using_switch_merge`); it has no public spelling. Under
-    XLA and in TF1 graphs there is no such `If` op, and nothing changes.
+    as one function call instead, a step over many variables costs markedly
+    less (a loop over 1500, SGD: +15.5% over the plain step instead of
+    +31.8% on Keras 3, +14.2% instead of +23.3% on tf_keras). The price: a
+    call holds its inputs, so the update ops in it cannot write over them
+    and allocate instead; on 40 large variables the two ways measured the
+    same within noise (docs/performance-record.md, 2026-12-05). The
+    attribute is how `tf.cond` itself chooses (`_lower_using_switch_merge`);
+    it has no public spelling. Under XLA and in TF1 graphs there is no such
+    `If` op, and nothing changes.
 
     Returns:
       Whether an `If` op was found and marked.
