@@ -23,7 +23,7 @@ PRESETS = {
     "targets": "what a change to the step is checked against before it "
                "lands: fit without and with XLA, the documented custom-loop "
                "flow at 1500 variables and check+unscale of 33M floats, "
-               "each with its target: about 7 minutes",
+               "each with its target: 7 to 12 minutes",
     "quick": "every workload and target on smaller models, fewer steps "
              "(adds Keras 3's flow of the loop, the loop under XLA, small "
              "tensors, XLA fusion counts and a transformer with Dropout): "
