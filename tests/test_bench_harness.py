@@ -384,3 +384,50 @@ def test_check_cost_rows_are_real_checks_and_its_table_prints(
         "| plain", "| one read", "| divide only", "| tf_lossscale",
         "| tf_lossscale, one XLA kernel", "| sums of the inputs",
         "| add_n per shape", "| Keras 3"]
+
+
+# --- branch_cost.py: the update inside a conditional run as one call
+
+def _branch_ops(step):
+    """Whether each If op of a traced branch_cost step is to be lowered
+    (False: kept as one call)."""
+    graph = step.run.get_concrete_function().graph
+    return [op.get_attr("_lower_using_switch_merge")
+            for op in graph.get_operations()
+            if op.type in ("If", "StatelessIf")]
+
+
+def test_branch_cost_rows_update_or_skip_as_they_say(common, capsys):
+    """Every row applies a finite step; with an infinite scale's quotients
+    (scale 0) the conditional rows skip (weights kept, the other branch
+    read the quotients) and the rows without one apply. The one-call row's
+    conditional is kept as one call, the lowered row's is not."""
+    import branch_cost
+    for scale, finite in ((branch_cost.SCALE, True), (0.0, False)):
+        for row in branch_cost.ROWS:
+            step = branch_cost.Step(row, tensors=2, size=4)
+            step.scale.assign(scale)
+            step.lr.assign(1.0)
+            before = [w.numpy() for w in step.weights]
+            step.run()
+            applied = finite or row in ("no verdict", "wait")
+            assert int(step.applied) == int(applied), (row, scale)
+            moved = [not (w.numpy() == b).all()
+                     for w, b in zip(step.weights, before)]
+            assert moved == [applied, applied], (row, scale)
+            if row in ("one call", "lowered"):
+                assert float(step.recorded) == (0.0 if finite
+                                                else float("inf"))
+            if row == "wait":
+                assert bool(step.verdict_written) == finite
+    assert _branch_ops(branch_cost.Step("one call", 2, 4)) == [False]
+    assert _branch_ops(branch_cost.Step("lowered", 2, 4)) == [True]
+    assert branch_cost.main(["--tensors", "2", "--size", "4",
+                             "--steps", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("2 x (4 x 4) float32")
+    assert [line.split()[0] for line in lines[1:]] == [
+        "no", "wait", "one", "lowered"]
+    assert "+0.0% over wait" in lines[2]
+    with pytest.raises(SystemExit):
+        branch_cost.main(["--tensors", "0"])
