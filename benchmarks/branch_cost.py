@@ -107,12 +107,9 @@ def main(argv: Any = None) -> int:
         parser.error("--tensors, --size and --steps must be at least 1, got "
                      f"{args.tensors}, {args.size} and {args.steps}")
     timings = common.interleave(steps(args.tensors, args.size), args.steps)
-    over = common.paired_over(timings, base="wait")
     print(f"{args.tensors} x ({args.size} x {args.size}) float32, tf_keras "
           f"SGD's update, no XLA, {args.steps} steps a row")
-    for row, timing in timings.items():
-        print(f"  {row:10s} {timing.median_ms():7.2f} ms"
-              f"  {100 * over[row]:+5.1f}% over wait")
+    common.print_over(timings, base="wait")
     return 0
 
 

@@ -247,6 +247,19 @@ def paired_over(timings: Dict[str, Timing], base: str = "plain"
             for name, t in timings.items()}
 
 
+def print_over(timings: Dict[str, Timing], base: str = "plain",
+               unit: str = "ms") -> None:
+    """A line per row: its median step (in ms, or "us") and its paired
+    median over `base` (`paired_over`), the stand-alone scripts' table."""
+    over = paired_over(timings, base)
+    width = max(len(row) for row in timings)
+    for row, timing in timings.items():
+        step = (f"{timing.median_ms() * 1e3:7.0f} us" if unit == "us"
+                else f"{timing.median_ms():7.2f} ms")
+        print(f"  {row:{width}s} {step}  {100 * over[row]:+5.1f}% over "
+              f"{base}")
+
+
 def optimizer_error(keras: Any, name: str) -> Optional[str]:
     """Why `name` is not a class of `keras.optimizers`, or None if it is."""
     if isinstance(getattr(keras.optimizers, name, None), type):

@@ -155,13 +155,10 @@ def main(argv: Any = None) -> int:
         model.compile(optimizer=make(), loss="mse", jit_compile=False)
         steps[row] = (lambda m=model: m.train_on_batch(x, y))
     timings = common.interleave(steps, args.steps)
-    over = common.paired_over(timings)
     print(f"{'tf_keras' if rows.legacy() else 'Keras 3'}, {args.layers} x "
           f"Dense({args.width}), batch 64, {args.optimizer}, no XLA, "
           f"{args.steps} steps a row")
-    for row, timing in timings.items():
-        print(f"  {row:17s} {timing.median_ms():7.2f} ms"
-              f"  {100 * over[row]:+5.1f}% over plain")
+    common.print_over(timings)
     return 0
 
 

@@ -62,12 +62,9 @@ def main(argv=None) -> int:
         model = _model(row, args.optimizer, args.xla)
         steps[row] = (lambda m=model: m.train_on_batch(x, y))
     timings = common.interleave(steps, args.steps)
-    over = common.paired_over(timings)
     print(f"one Dense(8), batch 2, {args.optimizer}, "
           f"{'XLA' if args.xla else 'no XLA'}, {args.steps} steps a row")
-    for row, timing in timings.items():
-        print(f"  {row:13s} {timing.median_ms() * 1e3:6.0f} us"
-              f"  {100 * over[row]:+5.1f}% over plain")
+    common.print_over(timings, unit="us")
     return 0
 
 

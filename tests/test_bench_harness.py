@@ -354,6 +354,21 @@ def test_paired_over_is_the_median_of_same_round_ratios(common):
     assert over == {"plain": 0.0, "twice": 1.0, "mixed": 0.0}
 
 
+def test_print_over_prints_each_rows_median_and_paired_median(
+        common, capsys):
+    """The stand-alone scripts' table: a row's median step in its unit
+    and its paired median over the base row, the labels aligned."""
+    timings = {"wait": common.Timing([1.0], [0.002, 0.004, 0.003]),
+               "one call": common.Timing([1.0], [0.003, 0.006, 0.0045])}
+    common.print_over(timings, base="wait")
+    common.print_over(timings, base="wait", unit="us")
+    assert capsys.readouterr().out.splitlines() == [
+        "  wait        3.00 ms   +0.0% over wait",
+        "  one call    4.50 ms  +50.0% over wait",
+        "  wait        3000 us   +0.0% over wait",
+        "  one call    4500 us  +50.0% over wait"]
+
+
 # --- check_cost.py: where (c) big's time goes
 
 def test_check_cost_rows_are_real_checks_and_its_table_prints(

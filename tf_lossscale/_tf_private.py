@@ -160,8 +160,10 @@ def run_cond_as_one_call(cond_output: tf.Tensor) -> bool:
     less (a loop over 1500, SGD: +15.5% over the plain step instead of
     +31.8% on Keras 3, +14.2% instead of +23.3% on tf_keras). The price: a
     call holds its inputs, so the update ops in it cannot write over them
-    and allocate instead; on 40 large variables the two ways measured the
-    same within noise (docs/performance-record.md, 2026-12-05). The
+    and allocate instead: on 40 large variables that costs 3-8% of the
+    update (`benchmarks/branch_cost.py`), below a `fit` step's noise, where
+    lowered and one call measured the same (docs/performance-record.md,
+    2026-12-05). The
     attribute is how `tf.cond` itself chooses (`_lower_using_switch_merge`);
     it has no public spelling. Under XLA and in TF1 graphs there is no such
     `If` op, and nothing changes.
