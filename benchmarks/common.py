@@ -13,6 +13,9 @@ import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+# Every inner optimizer a row may wrap, in the tables' column order.
+OPTIMIZERS = ("SGD", "Adam", "AdamW")
+
 
 @dataclasses.dataclass(frozen=True)
 class Sizes:
@@ -38,6 +41,9 @@ class Sizes:
     transformer_shape: Tuple[int, int, int] = (512, 32, 64)
     # (g) and (h): first calls per scaler row (1: no fresh instance)
     transformer_first_calls: int = 3
+    # (g) and (h): the inner optimizers (AdamW: what keras-hub's models
+    # are trained with, issue 32)
+    transformer_optimizers: Sequence[str] = OPTIMIZERS
     # (a), (b), (e), (f): how many rows, the first ones, get a warm-up twin
     # (None: every row) and the bootstrap's resamples per figure.
     twins: Optional[int] = None
@@ -110,7 +116,8 @@ MODES: Dict[str, Sizes] = {
                   xla_flags="--xla_backend_optimization_level=0",
                   collect_garbage=False, first_calls=2,
                   transformer_blocks=1, transformer_shape=(16, 4, 8),
-                  transformer_first_calls=1),
+                  transformer_first_calls=1,
+                  transformer_optimizers=("AdamW",)),
 }
 
 WARMUP_CALLS = 2

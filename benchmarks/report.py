@@ -35,7 +35,7 @@ def _describe(k3: Optional[dict], tk: Optional[dict], mode: str) -> dict:
     a = source.get("a", {}).get("SGD", {})
     b = source.get("b", {})
     c = source.get("c", {})
-    g = (source.get("g") or source.get("h") or {}).get("SGD", {})
+    g = next(iter((source.get("g") or source.get("h") or {}).values()), {})
     sizes = common.MODES[mode]
     return {
         "a": f"compile + train_on_batch: {sizes.mlp_layers} x Dense("
@@ -58,6 +58,7 @@ def _describe(k3: Optional[dict], tk: Optional[dict], mode: str) -> dict:
         "g": "compile + train_on_batch of a transformer with Dropout: "
              f"{g.get('model', '?')}, {g.get('parameters', '?')} parameters"
              f" in {g.get('variables', '?')} variables, "
+             f"{', '.join(sizes.transformer_optimizers)}, "
              f"{sizes.xla_steps} interleaved steps",
     }
 

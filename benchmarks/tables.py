@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional
 
+import common
 from estimates import (
     BASES,
     FLAVOURS,
@@ -92,7 +93,7 @@ def _label(row: str, overrides: Optional[Dict[str, str]] = None) -> str:
 def table_a(k3: Optional[dict], tk: Optional[dict], workload: str = "a"
             ) -> List[str]:
     per_opt = [(opt, merged_rows(k3, tk, workload, opt))
-               for opt in ("SGD", "Adam")]
+               for opt in common.OPTIMIZERS]
     per_opt = [(opt, rows) for opt, rows in per_opt if rows]
     head, rule = "| row |", "|---|"
     for opt, _ in per_opt:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
+import common
 from estimates import (
     FLAVOURS,
     Estimate,
@@ -176,7 +177,7 @@ def dropout_targets(k3: Optional[dict], tk: Optional[dict], workload: str
     out: List[dict] = []
     firsts: List[Optional[dict]] = []
     for flavour, original, p in FLAVOURS:
-        for opt in ("SGD", "Adam"):
+        for opt in common.OPTIMIZERS:
             rows = merged_rows(k3, tk, workload, opt)
             needs = (p + "ours", original, p + "plain")
             if not all(r in rows for r in needs):

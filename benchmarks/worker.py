@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         if letter in args.workloads:
             result[letter] = {
                 opt: workload_transformer.workload(keras, sizes, opt, xla)
-                for opt in sizes.optimizers}
+                for opt in sizes.transformer_optimizers}
     return result
 
 
