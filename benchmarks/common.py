@@ -70,14 +70,15 @@ MODES: Dict[str, Sizes] = {
                   check_steps=40, fusions=(10, 100, 1000),
                   fusions_per_tensor=(10, 100, 1000), xla_steps=60,
                   xla_loop_layers=250),
-    # Every row and target of the full run, smaller and shorter: 200
-    # variables in (b), 500 tensors in (c, small), fewer steps.
+    # Every row and target of the full run (but AdamW's in (g) and (h)),
+    # smaller and shorter: 200 variables in (b), 500 tensors in (c,
+    # small), fewer steps.
     "quick": Sizes(mlp_layers=40, mlp_width=512, mlp_batch=64, mlp_steps=20,
                    optimizers=("SGD", "Adam"), many_layers=100, many_width=16,
                    many_steps=20, big_tensors=86, small_tensors=500,
                    check_steps=15, fusions=(10, 100, 1000),
                    fusions_per_tensor=(10, 100), xla_steps=20,
-                   xla_loop_layers=50),
+                   xla_loop_layers=50, transformer_optimizers=("SGD", "Adam")),
     # For users, in a few minutes: fit without and with XLA (a, e), SGD and
     # Adam, against Keras' own; one first call a row, and 40 rounds (a
     # step costs tens of ms: rounds are cheap, and 15 left intervals tens
