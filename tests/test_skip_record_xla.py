@@ -139,10 +139,11 @@ def test_under_xla_the_documented_flow_traces_one_check_of_each_gradient():
     ops = collections.Counter(
         [x.op for x in graph_def.node] + [
             x.op for f in graph_def.library.function for x in f.node_def])
-    # One max per gradient (the exact branch), one IsFinite per gradient
-    # (the fast check of small values) and one more (the exact branch's
-    # quotients), one sum (the record's first bad indices): the check once.
-    assert (ops["Max"], ops["IsFinite"], ops["Sum"]) == (n, n + 1, 1)
+    # One max for the gradients of one size (the exact branch), one
+    # IsFinite per gradient (the fast check of small values) and one more
+    # (the exact branch's quotients), one sum (the record's first bad
+    # indices): the check once.
+    assert (ops["Max"], ops["IsFinite"], ops["Sum"]) == (1, n + 1, 1)
 
 
 _DTYPES = [tf.float16, tf.bfloat16, tf.float32, tf.float64]
@@ -263,8 +264,9 @@ def test_large_values_are_checked_by_their_sum_and_small_ones_elementwise():
 
 
 def test_the_exact_check_keeps_each_values_kind_in_order():
-    """One reduction per value; kinds stay in the values' order: shapes
-    interleaved, scalars, empty values, three dtypes."""
+    """One reduction per dtype and size (the values of one size stacked);
+    kinds stay in the values' order: shapes interleaved, scalars, empty
+    values, three dtypes."""
     f32, f16 = np.float32, np.float16
     values = [np.array([1.0, np.nan, 2.0], f32),
               np.ones([2, 2], f32),
@@ -281,7 +283,32 @@ def test_the_exact_check_keeps_each_values_kind_in_order():
     assert not finite
     assert kinds == [1, 0, 0, 2, 2, 0, 0, 0, 0, 2, 2, 1]
     assert kinds == [_kind_reference(v, 0.75) for v in values]
-    assert ops["Max"] == len(values)
+    assert ops["Max"] == len({(v.dtype, v.size) for v in values}) == 6
+
+
+def test_the_exact_branch_takes_the_values_in_their_order():
+    """The exact branch's operands are the values in the caller's order,
+    whatever their dtypes and sizes: XLA schedules the whole compiled step
+    after them (stacking by size must not reorder them)."""
+    from tf_lossscale import finite_xla
+    specs = [tf.TensorSpec(shape, dtype) for shape, dtype in (
+        ((3,), tf.float32), ((2, 2), tf.float32), ((3,), tf.float16),
+        ((3,), tf.float32), ((), tf.float32), ((2, 2), tf.float32))]
+
+    @tf.function
+    def check(*tensors):
+        return finite_xla.verdict(list(tensors), tf.constant(2.0))
+
+    library = check.get_concrete_function(*specs).graph.as_graph_def(
+        ).library.function
+    branches = [(f.signature, node) for f in library for node in f.node_def
+                if node.op in ("If", "StatelessIf")]
+    assert len(branches) == 1
+    signature, node = branches[0]
+    args = [a.name for a in signature.input_arg]
+    taken = [i for i in node.input[1:] if i in args]
+    assert taken == args  # every value, in order, then the scale
+    assert args[-1] == "scale" and len(args) == len(specs) + 1
 
 
 @settings(max_examples=30, deadline=None,
