@@ -37,7 +37,6 @@ import tensorflow as tf  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 import rows  # noqa: E402
-
 from tf_lossscale import _tf_private  # noqa: E402
 
 tf.get_logger().setLevel("ERROR")

@@ -38,13 +38,12 @@ from typing import Any, Callable, Dict, List
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import tensorflow as tf  # noqa: E402
 import keras  # noqa: E402
+import tensorflow as tf  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 import workload_check  # noqa: E402
-
 from tf_lossscale import finite  # noqa: E402
 
 tf.get_logger().setLevel("ERROR")

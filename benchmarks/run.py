@@ -38,8 +38,8 @@ sys.path.insert(0, str(HERE))
 import common  # noqa: E402
 import estimates  # noqa: E402
 from report import report  # noqa: E402
-from tf_lossscale.bench import PRESETS  # noqa: E402
 from targets import short_targets, targets, xla_targets  # noqa: E402
+from tf_lossscale.bench import PRESETS  # noqa: E402
 
 
 def run_worker(keras: str, mode: str, workloads: str,

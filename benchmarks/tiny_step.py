@@ -23,7 +23,6 @@ import tensorflow as tf  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
-
 import tf_lossscale  # noqa: E402
 
 tf.get_logger().setLevel("ERROR")

@@ -256,9 +256,10 @@ def test_fit_floor_rows_apply_what_they_say_and_its_table_prints(
     """The one-read row applies the gradients as plain SGD does; the
     division row applies them divided by the scale (a power of two, so
     exactly); `main` prints every row over the plain one."""
-    import fit_floor
     import keras
     import numpy as np
+
+    import fit_floor
     x = np.ones((4, 8), "float32")
     y = np.full((4, 8), 8.0, "float32")
     moves = {}
