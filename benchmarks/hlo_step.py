@@ -1,11 +1,15 @@
 """What one XLA-compiled training step is made of, with and without a scaler.
 
     python benchmarks/hlo_step.py [--keras keras3|tf_keras] [--layers 8]
-        [--width 512] [--dump DIR] [--json PATH]
+        [--width 512] [--model mlp|transformer] [--mode full]
+        [--dump DIR] [--json PATH]
 
 Compiles one `train_step` (what `fit` runs with `jit_compile=True`) of a
 `layers` x Dense(`width`) MLP for each row (plain SGD/Adam, the limit, the
-Keras original, tf_lossscale) and counts, in the optimized HLO
+Keras original, tf_lossscale), or with `--model transformer` of the
+benchmark's transformer with Dropout ((h) at `--mode`'s size: plain, the
+original and ours, with each of the mode's `transformer_optimizers`), and
+counts, in the optimized HLO
 (`experimental_get_compiler_ir(...)(stage="optimized_hlo")`): instructions,
 fusions, copies and the bytes they copy, conditionals (and the copies in
 their branches), while loops, custom-calls and host transfers. These counts
@@ -21,7 +25,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, Iterator, List, Tuple
 
 ARGS = None
 if __name__ == "__main__":
@@ -34,6 +38,10 @@ if __name__ == "__main__":
     _p.add_argument("--json", default=None)
     _p.add_argument("--rows", default=None,
                     help="comma-separated subset of rows")
+    _p.add_argument("--model", choices=["mlp", "transformer"],
+                    default="mlp")
+    _p.add_argument("--mode", default="full",
+                    help="the benchmark mode whose transformer to compile")
     ARGS = _p.parse_args()
     if ARGS.keras == "tf_keras":
         os.environ["TF_USE_LEGACY_KERAS"] = "1"
@@ -50,7 +58,9 @@ if LEGACY:
 else:
     import keras  # noqa: E402
 
+import common  # noqa: E402
 import rows  # noqa: E402
+import workload_transformer  # noqa: E402
 
 _BYTES = {"f32": 4, "f16": 2, "bf16": 2, "s64": 8, "u64": 8, "s32": 4,
           "u32": 4, "pred": 1, "s8": 1, "u8": 1, "f64": 8}
@@ -165,31 +175,57 @@ def count(hlo: str) -> Dict[str, Any]:
     }
 
 
-def main() -> int:
-    keras.utils.set_random_seed(0)
+def _mlp_steps() -> Iterator[Tuple[str, Any, Tuple[Any, ...]]]:
+    """(key, compiled step, its arguments) for each MLP row."""
     rng = np.random.default_rng(0)
     x = rng.standard_normal((64, ARGS.width)).astype("float32")
-    y = np.zeros_like(x)
-    out: Dict[str, Any] = {}
+    args = (tf.constant(x), tf.constant(np.zeros_like(x)))
     only = ARGS.rows.split(",") if ARGS.rows else None
     for opt in ("SGD", "Adam"):
         for flow in ("fit", "loop"):
             steps = rows.compiled_steps(
                 keras, opt, flow, ARGS.layers, ARGS.width, only)
             for row, step in steps.items():
-                key = f"{opt} {flow} {row}"
-                hlo = step.experimental_get_compiler_ir(
-                    tf.constant(x), tf.constant(y))(stage="optimized_hlo")
-                counts = count(hlo)
-                out[key] = counts
-                if ARGS.dump:
-                    Path(ARGS.dump).mkdir(parents=True, exist_ok=True)
-                    Path(ARGS.dump, key.replace(" ", "_") + ".hlo"
-                         ).write_text(hlo)
-                print(f"{key:32s} " + " ".join(
-                    f"{k}={v}" for k, v in counts.items()
-                    if k not in ("by_opcode", "per_computation")),
-                    flush=True)
+                yield f"{opt} {flow} {row}", step, args
+
+
+def _transformer_steps() -> Iterator[Tuple[str, Any, Tuple[Any, ...]]]:
+    """(key, compiled step, its arguments) for each transformer row: the
+    model's own `train_step` under `jit_compile=True`, as `fit` runs it."""
+    sizes = common.MODES[ARGS.mode]
+    x, y = workload_transformer._batch(sizes)
+    data = (tf.constant(x), tf.constant(y))
+    weights = workload_transformer.transformer(keras, sizes).get_weights()
+    only = ARGS.rows.split(",") if ARGS.rows else None
+    for opt in sizes.transformer_optimizers:
+        if common.optimizer_error(keras, opt):
+            continue
+        for row, make in rows.optimizer_makers(keras, opt, None).items():
+            if only and row not in only:
+                continue
+            model = workload_transformer._compiled(
+                keras, sizes, weights, make, True)
+            model.train_on_batch(x, y)  # builds the optimizer's variables
+            step = tf.function(model.train_step, jit_compile=True)
+            yield f"{opt} fit {row}", step, (data,)
+
+
+def main() -> int:
+    keras.utils.set_random_seed(0)
+    out: Dict[str, Any] = {}
+    steps = (_transformer_steps() if ARGS.model == "transformer"
+             else _mlp_steps())
+    for key, step, args in steps:
+        hlo = step.experimental_get_compiler_ir(*args)(
+            stage="optimized_hlo")
+        counts = count(hlo)
+        out[key] = counts
+        if ARGS.dump:
+            Path(ARGS.dump).mkdir(parents=True, exist_ok=True)
+            Path(ARGS.dump, key.replace(" ", "_") + ".hlo").write_text(hlo)
+        print(f"{key:32s} " + " ".join(
+            f"{k}={v}" for k, v in counts.items()
+            if k not in ("by_opcode", "per_computation")), flush=True)
     if ARGS.json:
         Path(ARGS.json).write_text(json.dumps(out, indent=1))
     return 0

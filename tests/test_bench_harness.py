@@ -453,3 +453,28 @@ def test_branch_cost_rows_update_or_skip_as_they_say(common, capsys):
     assert "+0.0% over wait" in lines[2]
     with pytest.raises(SystemExit):
         branch_cost.main(["--tensors", "0"])
+
+
+def test_hlo_step_counts_the_transformers_compiled_steps(tmp_path):
+    """`hlo_step.py --model transformer` compiles (h)'s step of each row
+    and counts it: no conditional in the plain step, Keras' own one (apply
+    or skip), ours three (apply or skip, the exact verdict, the skip
+    record: the last two run only when the quick check fails)."""
+    out = tmp_path / "hlo.json"
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "hlo_step.py"),
+         "--model", "transformer", "--mode", "tiny", "--json", str(out)],
+        capture_output=True, text=True, timeout=600,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    counts = json.loads(out.read_text())
+    assert list(counts) == ["AdamW fit plain", "AdamW fit keras3",
+                            "AdamW fit ours"]
+    conditionals = {k: v["conditionals"] for k, v in counts.items()}
+    assert conditionals == {"AdamW fit plain": 0, "AdamW fit keras3": 1,
+                            "AdamW fit ours": 3}
+    assert counts["AdamW fit plain"]["kernels_in_branches"] == 0
+    for row in ("AdamW fit keras3", "AdamW fit ours"):
+        # AdamW's update (every variable, both moments) is in a branch.
+        assert counts[row]["kernels_in_branches"] > 35 * 2
+    assert "AdamW fit ours" in done.stdout
