@@ -478,3 +478,45 @@ def test_hlo_step_counts_the_transformers_compiled_steps(tmp_path):
         # AdamW's update (every variable, both moments) is in a branch.
         assert counts[row]["kernels_in_branches"] > 35 * 2
     assert "AdamW fit ours" in done.stdout
+
+
+def test_vocab_cost_rows_apply_the_same_step_and_its_table_prints(
+        common, capsys):
+    """vocab_cost's three rows move the embedding alike in a step (a
+    row's cost is its check, not another update), the embedding's
+    gradient is the `tf.IndexedSlices` whose check the script is about,
+    and `main` prints every row over the plain one."""
+    import keras
+    import numpy as np
+
+    import vocab_cost
+    rng = np.random.default_rng(1)
+    x = rng.integers(0, 64, (vocab_cost.BATCH, vocab_cost.TOKENS))
+    y = rng.integers(0, vocab_cost.CLASSES, vocab_cost.BATCH)
+    moved = {}
+    for row in vocab_cost.ROWS:
+        model = vocab_cost._model(row, "SGD", 64, 8, False)
+        before = model.get_weights()[0]
+        model.train_on_batch(x.astype("int32"), y)
+        moved[row] = model.get_weights()[0] - before
+    assert np.abs(moved["plain"]).max() > 0
+    # Both scale the loss by 2**15 and divide by it: the same bits. The
+    # plain step's float16 gradients round otherwise, so only closely.
+    np.testing.assert_array_equal(moved["tf_lossscale"], moved["Keras' own"])
+    np.testing.assert_allclose(moved["Keras' own"], moved["plain"],
+                               rtol=0.01, atol=1e-9)
+    model = vocab_cost._model("plain", "SGD", 64, 8, False)
+    with tf.GradientTape() as tape:
+        loss = model.compute_loss(
+            x=None, y=tf.constant(y),
+            y_pred=model(tf.constant(x.astype("int32"))))
+    gradient = tape.gradient(loss, model.trainable_variables[0])
+    assert isinstance(gradient, tf.IndexedSlices)
+    assert isinstance(model.optimizer, keras.optimizers.SGD)
+    assert vocab_cost.main(["--vocab", "64", "--width", "8",
+                            "--steps", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == ("Embedding(64, 8), 16 x 32 tokens, SGD, no XLA, "
+                        "2 steps a row")
+    assert [line.split(" ms ")[0].rsplit(None, 1)[0].strip()
+            for line in lines[1:]] == list(vocab_cost.ROWS)
