@@ -268,6 +268,18 @@ def print_over(timings: Dict[str, Timing], base: str = "plain",
               f"{base}")
 
 
+def print_fit_steps(models: Dict[str, Any], x: Any, y: Any, steps: int,
+                    header: str, unit: str = "ms") -> None:
+    """The stand-alone scripts' run: each row's compiled model takes
+    `train_on_batch(x, y)` round-robin (`interleave`), then `header` and
+    each row over the "plain" one (`print_over`)."""
+    runners = {row: (lambda m=model: m.train_on_batch(x, y))
+               for row, model in models.items()}
+    timings = interleave(runners, steps)
+    print(header)
+    print_over(timings, unit=unit)
+
+
 def optimizer_error(keras: Any, name: str) -> Optional[str]:
     """Why `name` is not a class of `keras.optimizers`, or None if it is."""
     if isinstance(getattr(keras.optimizers, name, None), type):

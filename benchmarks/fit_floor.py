@@ -148,17 +148,17 @@ def main(argv: Any = None) -> int:
         (64, args.width)).astype("float32")
     y = np.zeros_like(x)
     weights = rows.mlp(keras, "relu", args.width, args.layers).get_weights()
-    steps = {}
+    models = {}
     for row, make in makers(args.optimizer).items():
         model = rows.mlp(keras, "relu", args.width, args.layers)
         model.set_weights(weights)
         model.compile(optimizer=make(), loss="mse", jit_compile=False)
-        steps[row] = (lambda m=model: m.train_on_batch(x, y))
-    timings = common.interleave(steps, args.steps)
-    print(f"{'tf_keras' if rows.legacy() else 'Keras 3'}, {args.layers} x "
-          f"Dense({args.width}), batch 64, {args.optimizer}, no XLA, "
-          f"{args.steps} steps a row")
-    common.print_over(timings)
+        models[row] = model
+    common.print_fit_steps(
+        models, x, y, args.steps,
+        f"{'tf_keras' if rows.legacy() else 'Keras 3'}, {args.layers} x "
+        f"Dense({args.width}), batch 64, {args.optimizer}, no XLA, "
+        f"{args.steps} steps a row")
     return 0
 
 

@@ -56,14 +56,12 @@ def main(argv=None) -> int:
         parser.error(error)
     x = np.ones((2, 8), "float32")
     y = np.zeros((2, 8), "float32")
-    steps = {}
-    for row in ROWS:
-        model = _model(row, args.optimizer, args.xla)
-        steps[row] = (lambda m=model: m.train_on_batch(x, y))
-    timings = common.interleave(steps, args.steps)
-    print(f"one Dense(8), batch 2, {args.optimizer}, "
-          f"{'XLA' if args.xla else 'no XLA'}, {args.steps} steps a row")
-    common.print_over(timings, unit="us")
+    models = {row: _model(row, args.optimizer, args.xla) for row in ROWS}
+    common.print_fit_steps(
+        models, x, y, args.steps,
+        f"one Dense(8), batch 2, {args.optimizer}, "
+        f"{'XLA' if args.xla else 'no XLA'}, {args.steps} steps a row",
+        unit="us")
     return 0
 
 

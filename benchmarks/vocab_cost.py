@@ -77,16 +77,13 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(0)
     x = rng.integers(0, args.vocab, (BATCH, TOKENS)).astype("int32")
     y = rng.integers(0, CLASSES, BATCH)
-    steps = {}
-    for row in ROWS:
-        model = _model(row, args.optimizer, args.vocab, args.width,
-                       args.xla)
-        steps[row] = (lambda m=model: m.train_on_batch(x, y))
-    timings = common.interleave(steps, args.steps)
-    print(f"Embedding({args.vocab}, {args.width}), {BATCH} x {TOKENS} "
-          f"tokens, {args.optimizer}, {'XLA' if args.xla else 'no XLA'}, "
-          f"{args.steps} steps a row")
-    common.print_over(timings)
+    models = {row: _model(row, args.optimizer, args.vocab, args.width,
+                          args.xla) for row in ROWS}
+    common.print_fit_steps(
+        models, x, y, args.steps,
+        f"Embedding({args.vocab}, {args.width}), {BATCH} x {TOKENS} tokens, "
+        f"{args.optimizer}, {'XLA' if args.xla else 'no XLA'}, "
+        f"{args.steps} steps a row")
     return 0
 
 
