@@ -24,6 +24,30 @@ import tf_lossscale
 VARIABLE_PREFIX = {"keras3": "net/", "tf_keras": ""}
 
 
+def test_the_planted_model_is_seeded_and_far_from_overflow(flavour):
+    """The lines below must come from the planted faults only: the model is
+    the same on every build, and trains without a skip at 16 times the
+    initial scale when nothing is planted (unseeded, it overflowed by itself
+    now and then, and the monitor named layer_19)."""
+    keras = flavour.keras
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        model, _ = planted.build(keras)
+        again, _ = planted.build(keras)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    for a, b in zip(model.get_weights(), again.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    opt = flavour.wrap(keras.optimizers.SGD(1e-3),
+                       initial_scale=planted.INITIAL_SCALE * 16)
+    model.compile(optimizer=opt, loss="mse")
+    x, y = planted.data()
+    model.fit(x, y, batch_size=planted.BATCH, shuffle=False, verbose=0)
+    assert int(opt.iterations) == planted.BATCHES
+    assert int(opt.skipped_steps) == 0
+    assert float(opt.loss_scale) == planted.INITIAL_SCALE * 16
+
+
 @pytest.mark.parametrize("jit_compile", [
     False, pytest.param(True, marks=pytest.mark.slow)],  # XLA: ~30 s
     ids=["graph", "jit_compile"])

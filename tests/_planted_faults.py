@@ -20,6 +20,13 @@ OVERFLOW_LAYER, NAN_LAYER = 7, 13
 OVERFLOW_STEP = 2
 NAN_STEPS = (5, 6, 7, 8)
 BATCHES, BATCH = 10, 8
+# Seeded: unseeded, a model now and then overflowed float16 at the initial
+# scale by itself (a product of 20 random kernels is heavy-tailed; in 60
+# fault-free runs the largest scaled gradient ranged from 585 to 20640), and
+# the monitor then rightly named layer_19, not the planted layers. With these
+# seeds it is 1234 on both Kerases, and the model trains without a skip at 16
+# times the initial scale (checked in `_both_skip_record.py`).
+SEED = 1000
 
 
 @tf.custom_gradient
@@ -33,10 +40,15 @@ def build(keras: Any) -> Tuple[Any, Any]:
     """The model (layers `layer_0` .. `layer_19`) and a `Planter`."""
 
     class Hooked(keras.layers.Layer):
+        def __init__(self, index: int) -> None:
+            super().__init__(name=f"layer_{index}")
+            self.index = index
+
         def build(self, input_shape: Any) -> None:
             self.kernel = self.add_weight(
                 name="kernel", shape=(int(input_shape[-1]), 8),
-                initializer="glorot_uniform")
+                initializer=keras.initializers.GlorotUniform(
+                    seed=SEED + self.index))
             self.bias = self.add_weight(name="bias", shape=(8,),
                                         initializer="zeros")
             self.fault = self.add_weight(name="fault", shape=(),
@@ -56,9 +68,11 @@ def build(keras: Any) -> Tuple[Any, Any]:
                               else 1.0)):
                 self.model.get_layer(f"layer_{i}").fault.assign(value)
 
-    layers = [keras.Input((4,))] + [Hooked(name=f"layer_{i}")
-                                    for i in range(LAYERS)]
-    layers.append(keras.layers.Dense(1, dtype="float32", name="out"))
+    layers = [keras.Input((4,))] + [Hooked(i) for i in range(LAYERS)]
+    layers.append(keras.layers.Dense(
+        1, dtype="float32", name="out",
+        kernel_initializer=keras.initializers.GlorotUniform(
+            seed=SEED + LAYERS)))
     return keras.Sequential(layers, name="net"), Planter()
 
 
