@@ -2,16 +2,17 @@
 
     python benchmarks/vocab_cost.py [--optimizer SGD] [--vocab 50257]
         [--width 768] [--steps 60] [--xla]
+    TF_USE_LEGACY_KERAS=1 python benchmarks/vocab_cost.py ...  # tf_keras
 
 Not part of the suite's table. An Embedding(`vocab`, `width`) under
 `mixed_float16` reads 32 tokens of a batch of 16, average-pooled into a
-small head (Keras 3), so the embedding's update is most of the step. Its
-gradient is a `tf.IndexedSlices` of 512 rows. Keras' own
-`LossScaleOptimizer` checks it with `ops.isfinite`, which fills a predicate
-as large as the whole table and scatters the rows into it; tf_lossscale
-reads the rows only. The plain optimizer, Keras' own and ours are called
-round-robin; it prints each row's median step and its paired median over
-the plain step. The default sizes are GPT-2's vocabulary and width.
+small head, so the embedding's update is most of the step. Its gradient is
+a `tf.IndexedSlices` of 512 rows. Keras 3's own `LossScaleOptimizer` checks
+it with `ops.isfinite`, which fills a predicate as large as the whole table
+and scatters the rows into it; tf_keras' own and tf_lossscale read the rows
+only. The plain optimizer, the Keras' own and ours are called round-robin;
+it prints each row's median step and its paired median over the plain step.
+The default sizes are GPT-2's vocabulary and width.
 """
 
 from __future__ import annotations
@@ -22,12 +23,18 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
+import rows  # noqa: E402
+
+if rows.legacy():
+    import tf_keras as keras  # noqa: E402
+else:
+    import keras  # noqa: E402
+
 import tf_lossscale  # noqa: E402
 
 tf.get_logger().setLevel("ERROR")
@@ -40,9 +47,9 @@ POLICY = "mixed_float16"
 def _model(row: str, optimizer: str, vocab: int, width: int,
            xla: bool) -> keras.Model:
     inner = getattr(keras.optimizers, optimizer)(1e-3)
-    wrapped = {"plain": inner,
-               "Keras' own": keras.optimizers.LossScaleOptimizer(inner),
-               "tf_lossscale": tf_lossscale.LossScaleOptimizer(inner)}
+    wrap = {"plain": lambda opt: opt,
+            "Keras' own": keras.mixed_precision.LossScaleOptimizer,
+            "tf_lossscale": tf_lossscale.LossScaleOptimizer}[row]
     keras.utils.set_random_seed(0)
     tokens = keras.Input((TOKENS,), dtype="int32")
     x = keras.layers.Embedding(vocab, width, dtype=POLICY)(tokens)
@@ -50,8 +57,9 @@ def _model(row: str, optimizer: str, vocab: int, width: int,
     x = keras.layers.Dense(64, activation="gelu", dtype=POLICY)(x)
     logits = keras.layers.Dense(CLASSES, dtype="float32")(x)
     model = keras.Model(tokens, logits)
-    # The policy is per layer, so `compile` wraps no optimizer by itself.
-    model.compile(optimizer=wrapped[row], jit_compile=xla,
+    # The policy is per layer, so Keras 3's `compile` wraps no optimizer by
+    # itself.
+    model.compile(optimizer=wrap(inner), jit_compile=xla,
                   loss=keras.losses.SparseCategoricalCrossentropy(
                       from_logits=True))
     return model
@@ -81,6 +89,7 @@ def main(argv=None) -> int:
                           args.xla) for row in ROWS}
     common.print_fit_steps(
         models, x, y, args.steps,
+        f"{'tf_keras' if rows.legacy() else 'Keras 3'}, "
         f"Embedding({args.vocab}, {args.width}), {BATCH} x {TOKENS} tokens, "
         f"{args.optimizer}, {'XLA' if args.xla else 'no XLA'}, "
         f"{args.steps} steps a row")
