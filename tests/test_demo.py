@@ -167,6 +167,19 @@ def test_plot_writes_a_png(tmp_path):
     assert _png_size(path) == (1100, 770)
 
 
+def test_the_plot_points_at_the_planted_step_only_when_told():
+    pytest.importorskip("matplotlib")
+
+    def planted_notes(fig):
+        scale_ax = fig.axes[1]
+        return [(t.get_text().splitlines()[0], t.xy) for t in scale_ax.texts
+                if t.get_text().startswith("planted")]
+
+    assert planted_notes(demo._figure(_history(), planted=5)) == [
+        ("planted: hidden_2's gradient overflows", (5, 2.0**24))]
+    assert planted_notes(demo._figure(_history(), planted=None)) == []
+
+
 def test_minor_log_ticks_are_labelled_at_2_3_and_5_only():
     labels = [demo._sparse_number(v) for v in (0.02, 0.03, 0.04, 0.05, 0.07,
                                                0.2, 3.0)]

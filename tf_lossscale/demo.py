@@ -170,8 +170,9 @@ def _make_model(keras: Any) -> Any:
 
 
 def _train(steps: int, epochs: int
-           ) -> Tuple[List[Step], float, List[str]]:
-    """Fits the model; returns every step's record and the final scale."""
+           ) -> Tuple[List[Step], float, List[str], Optional[int]]:
+    """Fits the model; returns every step's record, the final scale, the
+    monitor's lines and the planted step (None if the run was too short)."""
     import keras
 
     import tf_lossscale
@@ -188,12 +189,13 @@ def _train(steps: int, epochs: int
         two thirds in that follows an applied step, so that it begins a
         run of skips of its own (the monitor prints one line per run)."""
 
-        planted = False
+        step: Optional[int] = None  # 1-based, once planted.
 
         def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
-            plant = (not self.planted and len(history) >= earliest
+            plant = (self.step is None and len(history) >= earliest
                      and not history[-1].skipped)
-            self.planted = self.planted or plant
+            if plant:
+                self.step = len(history) + 1
             self.model.get_layer(PLANTED_LAYER).fault.assign(
                 FLOAT16_MAX if plant else 1.0)
 
@@ -232,8 +234,9 @@ def _train(steps: int, epochs: int
         model = _make_model(keras)
         model.compile(optimizer=opt, loss="mse")
         assert model.optimizer is opt  # Not wrapped a second time.
+        planter = Planter()
         model.fit(x, y, batch_size=BATCH_SIZE, epochs=epochs, shuffle=False,
-                  callbacks=[Planter(),
+                  callbacks=[planter,
                              tf_lossscale.LossScaleMonitor(
                                  print_fn=monitor_lines.append),
                              Recorder(), _bar(keras, epochs, sys.stdout)],
@@ -244,7 +247,7 @@ def _train(steps: int, epochs: int
         raise RuntimeError(
             f"iterations is {int(opt.iterations)} after {len(history)} "
             "steps; it must count skipped steps too.")
-    return history, float(opt.loss_scale), monitor_lines
+    return history, float(opt.loss_scale), monitor_lines, planter.step
 
 
 def _monitor_summary(lines: Sequence[str]) -> str:
@@ -289,12 +292,18 @@ def _write_csv(history: Sequence[Step], path: str) -> None:
                      f"{int(s.skipped)}\n" for s in history)
 
 
-def plot(history: Sequence[Step], path: str) -> None:
-    """Writes the PNG: loss above, loss scale below, one step axis.
+def plot(history: Sequence[Step], path: str,
+         planted: Optional[int] = None) -> None:
+    """Writes the PNG: loss above, loss scale below, one step axis;
+    `planted` (a 1-based step) is pointed at as the planted overflow.
 
     Raises:
       ImportError: matplotlib is not installed.
     """
+    _figure(history, planted).savefig(path, dpi=110)
+
+
+def _figure(history: Sequence[Step], planted: Optional[int]) -> Any:
     from matplotlib.figure import Figure  # No pyplot: no GUI backend.
     from matplotlib.ticker import FuncFormatter
 
@@ -331,10 +340,12 @@ def plot(history: Sequence[Step], path: str) -> None:
 
     _mark_epochs(history, loss_ax, scale_ax)
     _annotate_scale(history, scale_ax)
+    if planted is not None:
+        _annotate_planted(history[planted - 1], scale_ax)
     for ax in (loss_ax, scale_ax):
         ax.grid(True, which="major", alpha=0.3)
         ax.legend(loc="upper right", fontsize=9, framealpha=0.9)
-    fig.savefig(path, dpi=110)
+    return fig
 
 
 def _plain_number(value: float, _: Any = None) -> str:
@@ -393,6 +404,15 @@ def _annotate_scale(history: Sequence[Step], ax: Any) -> None:
             arrowprops={"arrowstyle": "->", "color": "0.3"})
 
 
+def _annotate_planted(step: Step, ax: Any) -> None:
+    """Points at the planted overflow, the step the printed line names."""
+    ax.annotate(
+        f"planted: {PLANTED_LAYER}'s gradient overflows\n(the monitor's "
+        "printed line names the layer)", xy=(step.step, step.scale),
+        xytext=(0.66, 0.12), textcoords="axes fraction", fontsize=9,
+        arrowprops={"arrowstyle": "->", "color": "0.3"})
+
+
 def _epochs(steps: int) -> int:
     """The most epochs, up to 4, that split `steps` evenly."""
     return next(e for e in (4, 3, 2, 1) if steps % e == 0)
@@ -405,7 +425,8 @@ def run(steps: Optional[int] = None, out_dir: str = "demo_out") -> int:
         print(f"--steps must be a positive number of steps; got {steps}.")
         return 2
     print(_intro(), flush=True)
-    history, final_scale, monitor_lines = _train(steps, _epochs(steps))
+    history, final_scale, monitor_lines, planted = _train(steps,
+                                                          _epochs(steps))
     print(summary(history, final_scale))
     print(_monitor_summary(monitor_lines))
     os.makedirs(out_dir, exist_ok=True)
@@ -419,7 +440,7 @@ def run(steps: Optional[int] = None, out_dir: str = "demo_out") -> int:
               f"{INSTALL_HINT} adds it.")
         return 0
     png_path = os.path.join(out_dir, PNG_NAME)
-    plot(history, png_path)
+    plot(history, png_path, planted)
     print(f"Wrote {png_path} (plot) and {csv_path} (loss, loss scale and "
           "skipped flag per step).")
     return 0
