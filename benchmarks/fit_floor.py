@@ -48,8 +48,6 @@ if rows.legacy():
 else:
     import keras  # noqa: E402
 
-import tf_lossscale  # noqa: E402
-
 tf.get_logger().setLevel("ERROR")
 
 SCALE = 2.0 ** 15
@@ -117,16 +115,15 @@ def with_division(inner_cls: type) -> type:
 def makers(optimizer: str) -> Dict[str, Callable[[], Any]]:
     """Row -> factory of a fresh optimizer wrapping `optimizer`."""
     inner = getattr(keras.optimizers, optimizer)
+    labelled = rows.labelled_makers(keras, optimizer)
     return {
-        "plain": lambda: inner(learning_rate=rows.LR),
+        "plain": labelled["plain"],
         "barrier": lambda: rows.with_barrier(inner)(learning_rate=rows.LR),
         "one read": lambda: with_read(inner)(learning_rate=rows.LR),
         "divide + one read": lambda: with_division(inner)(
             learning_rate=rows.LR),
-        "Keras' own": lambda: keras.mixed_precision.LossScaleOptimizer(
-            inner(learning_rate=rows.LR)),
-        "tf_lossscale": lambda: tf_lossscale.LossScaleOptimizer(
-            inner(learning_rate=rows.LR)),
+        "Keras' own": labelled["Keras' own"],
+        "tf_lossscale": labelled["tf_lossscale"],
     }
 
 

@@ -157,6 +157,18 @@ def optimizer_makers(keras: Any, name: str,
     return rows
 
 
+# The stand-alone scripts' rows, by the labels they print.
+LABELLED_ROWS = ("plain", "Keras' own", "tf_lossscale")
+
+
+def labelled_makers(keras: Any, name: str) -> Dict[str, Callable[[], Any]]:
+    """`optimizer_makers`' plain, original and ours rows, under the labels
+    of `LABELLED_ROWS`: each factory wraps a fresh inner optimizer."""
+    makers = optimizer_makers(keras, name, None)
+    return dict(zip(LABELLED_ROWS, (makers["plain"], makers[original_key()],
+                                    makers["ours"])))
+
+
 def mlp(keras: Any, activation: str, width: int, layers: int) -> Any:
     return keras.Sequential(
         [keras.Input((width,))] +

@@ -23,21 +23,18 @@ import tensorflow as tf  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
-import tf_lossscale  # noqa: E402
+import rows  # noqa: E402
 
 tf.get_logger().setLevel("ERROR")
 
-ROWS = ("plain", "Keras' own", "tf_lossscale")
+ROWS = rows.LABELLED_ROWS
 
 
 def _model(row: str, optimizer: str, xla: bool) -> keras.Model:
-    inner = getattr(keras.optimizers, optimizer)(1e-3)
-    wrapped = {"plain": inner,
-               "Keras' own": keras.optimizers.LossScaleOptimizer(inner),
-               "tf_lossscale": tf_lossscale.LossScaleOptimizer(inner)}
+    make = rows.labelled_makers(keras, optimizer)[row]
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(8)])
-    model.compile(optimizer=wrapped[row], loss="mse", jit_compile=xla)
+    model.compile(optimizer=make(), loss="mse", jit_compile=xla)
     return model
 
 

@@ -35,21 +35,17 @@ if rows.legacy():
 else:
     import keras  # noqa: E402
 
-import tf_lossscale  # noqa: E402
 
 tf.get_logger().setLevel("ERROR")
 
-ROWS = ("plain", "Keras' own", "tf_lossscale")
+ROWS = rows.LABELLED_ROWS
 TOKENS, BATCH, CLASSES = 32, 16, 8
 POLICY = "mixed_float16"
 
 
 def _model(row: str, optimizer: str, vocab: int, width: int,
            xla: bool) -> keras.Model:
-    inner = getattr(keras.optimizers, optimizer)(1e-3)
-    wrap = {"plain": lambda opt: opt,
-            "Keras' own": keras.mixed_precision.LossScaleOptimizer,
-            "tf_lossscale": tf_lossscale.LossScaleOptimizer}[row]
+    make = rows.labelled_makers(keras, optimizer)[row]
     keras.utils.set_random_seed(0)
     tokens = keras.Input((TOKENS,), dtype="int32")
     x = keras.layers.Embedding(vocab, width, dtype=POLICY)(tokens)
@@ -59,7 +55,7 @@ def _model(row: str, optimizer: str, vocab: int, width: int,
     model = keras.Model(tokens, logits)
     # The policy is per layer, so Keras 3's `compile` wraps no optimizer by
     # itself.
-    model.compile(optimizer=wrap(inner), jit_compile=xla,
+    model.compile(optimizer=make(), jit_compile=xla,
                   loss=keras.losses.SparseCategoricalCrossentropy(
                       from_logits=True))
     return model
